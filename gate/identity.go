@@ -1,0 +1,199 @@
+package gate
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Message is a broker delivery after its envelope has been decoded: the same
+// shape whichever broker or body form it came in, so identity and fingerprint do
+// not depend on the transport.
+type Message struct {
+	Broker Broker `json:"broker"`
+	// Source is the Pub/Sub subscription or the SNS topic ARN.
+	Source      string            `json:"source"`
+	MessageID   string            `json:"message_id"`
+	Data        []byte            `json:"-"`
+	Attributes  map[string]string `json:"-"`
+	PublishTime time.Time         `json:"publish_time"`
+	OrderingKey string            `json:"ordering_key,omitempty"`
+	// BrokerAttempt is Pub/Sub's deliveryAttempt, when the subscription has a
+	// dead-letter policy; 0 when absent.
+	BrokerAttempt int `json:"broker_attempt,omitempty"`
+	// Envelope is the request body as received, for BodyEnvelope routes.
+	Envelope []byte `json:"-"`
+}
+
+// Identity is what binds repeated deliveries to one intent.
+type Identity struct {
+	// Key is the value taken from the route's key source.
+	Key string
+	// ScopeKey is tenant + route + key source + key: the ledger's unique key.
+	ScopeKey string
+	// OperationID is derived from ScopeKey, so every gateway replica names the
+	// same operation the same way without coordination.
+	OperationID string
+	Fingerprint string
+	// IdempotencyKey is bound to the fingerprint: a conflicting payload can
+	// never reuse the original's key at the provider.
+	IdempotencyKey string
+}
+
+// IdentityError says why a message has no usable identity. It is a bounded,
+// client-facing reason.
+type IdentityError struct{ Reason string }
+
+func (e *IdentityError) Error() string { return "no usable identity: " + e.Reason }
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func digest(prefix string, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	return prefix + strings.ToLower(idEncoding.EncodeToString(h.Sum(nil))[:26])
+}
+
+// Identify derives the operation identity and semantic fingerprint of m under
+// route r.
+func Identify(r *Route, m *Message) (Identity, error) {
+	key, err := operationKey(r, m)
+	if err != nil {
+		return Identity{}, err
+	}
+	fp, err := Fingerprint(&r.Fingerprint, m)
+	if err != nil {
+		return Identity{}, err
+	}
+	scope := strings.Join([]string{r.Tenant, r.Name, string(r.Key.Kind) + ":" + r.Key.Name, key}, "/")
+	return Identity{
+		Key:            key,
+		ScopeKey:       scope,
+		OperationID:    digest("op_", scope),
+		Fingerprint:    fp,
+		IdempotencyKey: digest("ik_", scope, fp),
+	}, nil
+}
+
+// ConflictID names the conflicting record for a scope and fingerprint, so a
+// redelivered conflicting message finds its record instead of adding another.
+func ConflictID(scopeKey, fingerprint string) string {
+	return digest("cf_", scopeKey, fingerprint)
+}
+
+const maxKeyLen = 512
+
+func operationKey(r *Route, m *Message) (string, error) {
+	var key string
+	switch r.Key.Kind {
+	case KeyMessageID, "":
+		key = m.MessageID
+	case KeyAttribute:
+		key = m.Attributes[r.Key.Name]
+	case KeyJSONPointer:
+		v, err := pointerValue(m.Data, r.Key.Name)
+		if err != nil {
+			return "", &IdentityError{Reason: "operation key: " + err.Error()}
+		}
+		key = v
+	default:
+		return "", &IdentityError{Reason: fmt.Sprintf("unknown key source %q", r.Key.Kind)}
+	}
+	if key == "" {
+		return "", &IdentityError{Reason: fmt.Sprintf("operation key (%s %s) is empty", r.Key.Kind, r.Key.Name)}
+	}
+	if len(key) > maxKeyLen {
+		return "", &IdentityError{Reason: fmt.Sprintf("operation key longer than %d bytes", maxKeyLen)}
+	}
+	return key, nil
+}
+
+// Fingerprint hashes the fields that define equal intent. The encoding is
+// canonical: parts are length-prefixed and attributes sorted, and JSON pointer
+// values are re-encoded so that whitespace and key order do not matter.
+func Fingerprint(spec *FingerprintSpec, m *Message) (string, error) {
+	parts := []string{"fp", strconv.Itoa(spec.Version)}
+	if spec.Data {
+		parts = append(parts, "data", string(m.Data))
+	}
+	attrs := slices.Clone(spec.Attributes)
+	slices.Sort(attrs)
+	for _, a := range attrs {
+		v, ok := m.Attributes[a]
+		parts = append(parts, "attr", a, strconv.FormatBool(ok), v)
+	}
+	for _, p := range spec.Pointers {
+		v, err := pointerValue(m.Data, p)
+		if err != nil {
+			return "", &IdentityError{Reason: "fingerprint: " + err.Error()}
+		}
+		parts = append(parts, "ptr", p, v)
+	}
+	return digest("v"+strconv.Itoa(spec.Version)+":", parts...), nil
+}
+
+// pointerValue resolves an RFC 6901 pointer in a JSON document and returns a
+// canonical string: strings as themselves, anything else re-encoded.
+func pointerValue(doc []byte, pointer string) (string, error) {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return "", fmt.Errorf("data is not JSON, pointer %s cannot apply", pointer)
+	}
+	got, err := ResolvePointer(v, pointer)
+	if err != nil {
+		return "", err
+	}
+	if s, ok := got.(string); ok {
+		return s, nil
+	}
+	b, err := json.Marshal(got) // map keys come out sorted
+	if err != nil {
+		return "", fmt.Errorf("pointer %s: %w", pointer, err)
+	}
+	return string(b), nil
+}
+
+// ResolvePointer walks an RFC 6901 JSON pointer through a decoded document.
+func ResolvePointer(v any, pointer string) (any, error) {
+	if pointer == "" {
+		return v, nil
+	}
+	if !strings.HasPrefix(pointer, "/") {
+		return nil, fmt.Errorf("pointer %q must start with /", pointer)
+	}
+	cur := v
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch node := cur.(type) {
+		case map[string]any:
+			next, ok := node[tok]
+			if !ok {
+				return nil, fmt.Errorf("pointer %s: no member %q", pointer, tok)
+			}
+			cur = next
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil, fmt.Errorf("pointer %s: no element %q", pointer, tok)
+			}
+			cur = node[i]
+		default:
+			return nil, fmt.Errorf("pointer %s: %q is not inside an object or array", pointer, tok)
+		}
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("pointer %s: value is null", pointer)
+	}
+	return cur, nil
+}

@@ -1,0 +1,249 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The interfaces below are what the gate needs from the outside world, declared
+// here so that storage/ and downstream/ adapt to the gate and not the reverse.
+
+// Ledger is the durable evidence store. Every method is one transaction.
+type Ledger interface {
+	// Find returns the operation (never a conflict record) for a scope key, or
+	// ErrNotFound. It is the only read on the hot path.
+	Find(ctx context.Context, scopeKey string) (*Operation, error)
+	// Create inserts a new operation together with its first transitions, its
+	// delivery and, when given, its first attempt. ErrExists when the scope key
+	// is already taken (another owner got there first).
+	Create(ctx context.Context, c *Change) error
+	// Apply changes an existing operation if c's expectations still hold.
+	// ErrFenced when a higher fencing token is recorded (or, for a claim, an
+	// equal one); ErrStateChanged when the state is not c.ExpectState.
+	Apply(ctx context.Context, c *Change) error
+	// RecordConflict stores the conflicting record for (scope key, fingerprint)
+	// once, appends the delivery, and returns the record.
+	RecordConflict(ctx context.Context, c *Conflict) (*Operation, error)
+	// RecordDelivery appends a delivery that changed nothing else: a redelivery
+	// of settled work, a contended delivery, an anomaly.
+	RecordDelivery(ctx context.Context, d *Delivery) error
+}
+
+// Reservations hands out short leases with fencing tokens.
+type Reservations interface {
+	// Acquire takes the lease for key when nobody holds it, in one atomic step,
+	// and returns a fencing token strictly greater than every token issued
+	// before and than floor (the highest token the ledger has seen). ErrHeld
+	// when another owner holds it.
+	Acquire(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, error)
+	// Renew extends the lease only while owner still holds it; ErrLeaseLost otherwise.
+	Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// Release drops the lease only if owner still holds it.
+	Release(ctx context.Context, l Lease) error
+}
+
+// Effects performs the downstream call and the lookup.
+type Effects interface {
+	Execute(ctx context.Context, req *EffectRequest) EffectResult
+	Lookup(ctx context.Context, req *EffectRequest) LookupResult
+}
+
+// Sentinel errors the adapters return; the gate sorts them with errors.Is.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrExists       = errors.New("already exists")
+	ErrFenced       = errors.New("fencing token superseded")
+	ErrStateChanged = errors.New("operation state changed underneath")
+	ErrHeld         = errors.New("reservation held by another owner")
+	ErrLeaseLost    = errors.New("reservation lost")
+)
+
+// Lease is a held reservation.
+type Lease struct {
+	Key     string    `json:"key"`
+	Owner   string    `json:"owner"`
+	Fence   int64     `json:"fence"`
+	Expires time.Time `json:"expires"`
+}
+
+// Operation is the ledger's record of one unit of intent, and the core of the
+// evidence record. It holds references and fingerprints, never message bodies.
+type Operation struct {
+	ID                 string           `json:"id"`
+	ScopeKey           string           `json:"scope_key"`
+	Tenant             string           `json:"tenant"`
+	Route              string           `json:"route"`
+	KeySource          KeyKind          `json:"key_source"`
+	Key                string           `json:"key"`
+	Fingerprint        string           `json:"fingerprint"`
+	FingerprintVersion int              `json:"fingerprint_version"`
+	ConflictOf         string           `json:"conflict_of,omitempty"`
+	State              State            `json:"state"`
+	Shape              Shape            `json:"shape"`
+	DeadLetterPolicy   DeadLetterPolicy `json:"dead_letter_policy"`
+	ContractVersion    string           `json:"contract_version"`
+	IdempotencyKey     string           `json:"idempotency_key"`
+	Fence              int64            `json:"fence"`
+	Owner              string           `json:"owner"`
+	LeaseStart         *time.Time       `json:"lease_start,omitempty"`
+	LeaseDeadline      *time.Time       `json:"lease_deadline,omitempty"`
+	LeaseExtensions    int              `json:"lease_extensions"`
+	DeliveryCount      int              `json:"delivery_count"`
+	AttemptCount       int              `json:"attempt_count"`
+	// FirstAttemptAt anchors the provider's dedupe window.
+	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
+	// LastAttempt is the newest effect attempt; Outcome "" means it was started
+	// and no result was ever recorded (the owner died or lost its fence).
+	LastAttempt *Attempt   `json:"last_attempt,omitempty"`
+	ResultID    string     `json:"result_id,omitempty"`
+	EvidenceAt  *time.Time `json:"evidence_at,omitempty"`
+	AckedAt     *time.Time `json:"acked_at,omitempty"`
+	// Reason is the latest negative-ack, terminal or indeterminate reason.
+	Reason string `json:"reason,omitempty"`
+	// Lane names who settles an indeterminate operation ("operator").
+	Lane        string    `json:"lane,omitempty"`
+	TraceID     string    `json:"trace_id,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	RetainUntil time.Time `json:"retain_until"`
+}
+
+// AttemptKind tells an effect call from a lookup.
+type AttemptKind string
+
+const (
+	AttemptEffect AttemptKind = "effect"
+	AttemptLookup AttemptKind = "lookup"
+)
+
+// Attempt is one downstream call the gate decided on and recorded before
+// making it.
+type Attempt struct {
+	N              int         `json:"n"`
+	Kind           AttemptKind `json:"kind"`
+	IdempotencyKey string      `json:"idempotency_key"`
+	Fence          int64       `json:"fence"`
+	StartedAt      time.Time   `json:"started_at"`
+	FinishedAt     *time.Time  `json:"finished_at,omitempty"`
+	Outcome        Outcome     `json:"outcome,omitempty"`
+	StatusCode     int         `json:"status_code,omitempty"`
+	ResultID       string      `json:"result_id,omitempty"`
+	Reason         string      `json:"reason,omitempty"`
+}
+
+// Outcome classifies a downstream answer.
+type Outcome string
+
+const (
+	// OutcomeConfirmed: 2xx, the effect is evidenced (or the lookup found it).
+	OutcomeConfirmed Outcome = "confirmed"
+	// OutcomeRetryable: a documented failure that left no effect.
+	OutcomeRetryable Outcome = "retryable"
+	// OutcomeTerminal: a failure that will not change on retry.
+	OutcomeTerminal Outcome = "terminal"
+	// OutcomeUnknown: the request may have been applied and we cannot tell
+	// (timeout, connection lost after sending, unlisted status).
+	OutcomeUnknown Outcome = "unknown"
+	// OutcomeAbsent: a lookup says the effect definitely does not exist.
+	OutcomeAbsent Outcome = "absent"
+)
+
+// Delivery is one push request as the ledger keeps it.
+type Delivery struct {
+	OperationID   string    `json:"operation_id"`
+	Broker        Broker    `json:"broker"`
+	Source        string    `json:"source"`
+	MessageID     string    `json:"message_id"`
+	BrokerAttempt int       `json:"broker_attempt,omitempty"`
+	ReceivedAt    time.Time `json:"received_at"`
+	// Decision is the gate's answer to this delivery (ack, nack, reject) and Reason why.
+	Decision Decision `json:"decision"`
+	Reason   string   `json:"reason,omitempty"`
+	// Anomaly flags deliveries the broker should not have sent, such as a
+	// redelivery after the ack went out.
+	Anomaly string `json:"anomaly,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+}
+
+// DeadLetter records that the gateway took a message out of circulation.
+type DeadLetter struct {
+	OperationID string    `json:"operation_id"`
+	Reason      string    `json:"reason"`
+	At          time.Time `json:"at"`
+}
+
+// Step is one transition with its reason, as appended to the event log.
+type Step struct {
+	Transition
+	Reason string `json:"reason,omitempty"`
+}
+
+// Change is one atomic ledger write. Fields left zero are not touched.
+type Change struct {
+	// Operation is the full new row for Create. For Apply only ID is read.
+	Operation *Operation
+	// ExpectState guards Apply: the row must still be in this state.
+	ExpectState State
+	// Claim takes the operation under Fence, which must be strictly greater
+	// than the recorded one. Without Claim, the recorded fence must equal Fence.
+	Claim         bool
+	Fence         int64
+	Owner         string
+	LeaseDeadline *time.Time
+	// LeaseExtensions replaces the recorded count when non-zero.
+	LeaseExtensions int
+	Steps           []Step
+	// Reason replaces the operation's latest reason when non-empty.
+	Reason        string
+	Lane          string
+	Delivery      *Delivery
+	StartAttempt  *Attempt
+	FinishAttempt *Attempt
+	// ResultID and EvidenceAt are set when the effect is confirmed.
+	ResultID   string
+	EvidenceAt *time.Time
+	AckedAt    *time.Time
+	DeadLetter *DeadLetter
+	TraceID    string
+	At         time.Time
+}
+
+// Conflict is a reused key with a different fingerprint.
+type Conflict struct {
+	// Original is the operation that owns the key; it is never modified.
+	Original *Operation
+	Record   *Operation
+	Delivery *Delivery
+	// DeadLetter is set under DeadLetterGateway.
+	DeadLetter *DeadLetter
+	At         time.Time
+}
+
+// EffectRequest is everything downstream/ needs for one call.
+type EffectRequest struct {
+	Route          *Route
+	Message        *Message
+	OperationID    string
+	IdempotencyKey string
+	Fence          int64
+}
+
+// EffectResult is the classified answer of one effect call.
+type EffectResult struct {
+	Outcome    Outcome
+	StatusCode int
+	ResultID   string
+	// Reason is short and bounded; never a response body.
+	Reason string
+}
+
+// LookupResult answers "does the effect for this key exist?".
+type LookupResult struct {
+	// Outcome is OutcomeConfirmed (found), OutcomeAbsent, or OutcomeUnknown
+	// (the lookup itself failed).
+	Outcome    Outcome
+	StatusCode int
+	ResultID   string
+	Reason     string
+}

@@ -1,0 +1,136 @@
+package gate
+
+import "time"
+
+// Broker names the push protocol a route receives.
+type Broker string
+
+const (
+	BrokerPubSub Broker = "pubsub"
+	BrokerSNS    Broker = "sns"
+)
+
+// Shape says what the downstream effect tolerates, which decides what the gate
+// may do after a lost response.
+type Shape string
+
+const (
+	// ShapeIdempotent: the provider deduplicates by Idempotency-Key for DedupeWindow.
+	ShapeIdempotent Shape = "idempotent"
+	// ShapeLookup: the provider can be asked, by key, whether the effect exists.
+	ShapeLookup Shape = "lookup"
+	// ShapeUnsafe: neither; a lost response is indeterminate at once.
+	ShapeUnsafe Shape = "unsafe"
+	// ShapeRepeatable: repeating the effect is harmless (reads, rebuilds).
+	ShapeRepeatable Shape = "repeatable"
+)
+
+// DeadLetterPolicy says who takes a message the gateway will never process.
+type DeadLetterPolicy string
+
+const (
+	// DeadLetterGateway: record a dead letter in the ledger, then ack so the
+	// broker stops redelivering.
+	DeadLetterGateway DeadLetterPolicy = "gateway"
+	// DeadLetterBroker: keep nacking so the subscription's own dead-letter
+	// policy (or SNS's redrive) takes the message.
+	DeadLetterBroker DeadLetterPolicy = "broker"
+)
+
+// KeyKind is where the operation key comes from.
+type KeyKind string
+
+const (
+	KeyMessageID   KeyKind = "message_id"
+	KeyAttribute   KeyKind = "attribute"
+	KeyJSONPointer KeyKind = "json_pointer"
+)
+
+// KeySource selects the stable identifier of the intent inside a message.
+type KeySource struct {
+	Kind KeyKind `json:"kind"`
+	// Name is the attribute name for KeyAttribute, the pointer for KeyJSONPointer.
+	Name string `json:"name,omitempty"`
+}
+
+// FingerprintSpec names the fields that define "the same intent". Version is
+// part of the hash so that changing the spec never makes old and new
+// fingerprints compare equal by accident.
+type FingerprintSpec struct {
+	Version    int      `json:"version"`
+	Data       bool     `json:"data"`
+	Attributes []string `json:"attributes,omitempty"`
+	Pointers   []string `json:"pointers,omitempty"`
+}
+
+// BodyMode is what the effect request carries.
+type BodyMode string
+
+const (
+	BodyRaw        BodyMode = "raw"
+	BodyEnvelope   BodyMode = "envelope"
+	BodyCloudEvent BodyMode = "cloudevent"
+)
+
+// EffectSpec is the downstream call that performs the route's effect, and how
+// its answers are read.
+type EffectSpec struct {
+	Method   string            `json:"method"`
+	URL      string            `json:"url"`
+	BodyMode BodyMode          `json:"body_mode"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	// Timeout caps one call; the remaining lease caps it further.
+	Timeout time.Duration `json:"timeout"`
+	// ResultIDHeader / ResultIDPointer locate the provider's result id in a 2xx.
+	ResultIDHeader  string `json:"result_id_header,omitempty"`
+	ResultIDPointer string `json:"result_id_pointer,omitempty"`
+	// TerminalStatuses will never succeed on retry; RetryableStatuses are
+	// documented failures with no effect. Any other non-2xx status is unknown.
+	TerminalStatuses  []int `json:"terminal_statuses"`
+	RetryableStatuses []int `json:"retryable_statuses"`
+	// LookupURL is used by ShapeLookup; "{key}" is replaced by the idempotency key.
+	LookupURL string `json:"lookup_url,omitempty"`
+}
+
+// Renewal bounds lease extension while a downstream call runs.
+type Renewal struct {
+	Interval     time.Duration `json:"interval"`
+	MaxExtension time.Duration `json:"max_extension"`
+}
+
+// Route is one acknowledgment contract: everything the gate needs to decide
+// what an incoming message means and when it may be acked.
+type Route struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+	Broker Broker `json:"broker"`
+	// Auth is the broker authenticator; "none" must be written out explicitly.
+	Auth string `json:"auth"`
+	// Subscriptions (Pub/Sub) or topic ARNs (SNS) allowed to feed the route;
+	// empty allows any.
+	Sources []string `json:"sources,omitempty"`
+
+	Key         KeySource       `json:"operation_key"`
+	Fingerprint FingerprintSpec `json:"fingerprint"`
+	Effect      EffectSpec      `json:"effect"`
+	Shape       Shape           `json:"shape"`
+	// DedupeWindow is how long the provider honours an idempotency key
+	// (ShapeIdempotent): a retry after a lost response is safe only inside it.
+	DedupeWindow time.Duration `json:"dedupe_window,omitempty"`
+
+	MaxAttempts int              `json:"max_attempts"`
+	DeadLetter  DeadLetterPolicy `json:"dead_letter"`
+	// AckDeadline is the broker's deadline for this route's deliveries; the
+	// reservation lease is derived from it.
+	AckDeadline time.Duration `json:"ack_deadline"`
+	Renewal     Renewal       `json:"renewal"`
+	// Retention is how long evidence is kept; it must outlast the broker's
+	// redelivery horizon or a late redelivery would look new.
+	Retention time.Duration `json:"retention"`
+	// Private attributes are neither stored, fingerprinted into logs, nor logged.
+	Private []string `json:"private,omitempty"`
+
+	// ContractVersion identifies this exact contract (a hash of the route as
+	// loaded), so evidence says which rules it was produced under.
+	ContractVersion string `json:"contract_version"`
+}
