@@ -1,0 +1,240 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Gate runs one delivery through the evidence lifecycle: identify, decide,
+// reserve, record intent, call, record evidence, and only then say "ack".
+type Gate struct {
+	Ledger       Ledger
+	Reservations Reservations
+	Effects      Effects
+	// Owner names this process in reservations and evidence.
+	Owner  string
+	Now    func() time.Time
+	Logger *slog.Logger
+	// NewToken returns a fresh owner token per delivery; it is combined with
+	// Owner so leases say which process and which request hold them.
+	NewToken func() string
+}
+
+// Result is the gate's answer for one delivery.
+type Result struct {
+	Decision    Decision
+	Reason      string
+	OperationID string
+	State       State
+	// finish is the work that follows the response: marking the ack sent,
+	// recording deliveries that changed nothing, releasing the lease. It is
+	// kept off the path to the ack so the ack costs only what evidence needs.
+	finish []func(ctx context.Context) error
+}
+
+// Finish runs the post-response work. Call it after the broker's response has
+// been written; failures are logged, never turned into a different answer.
+func (r *Result) Finish(ctx context.Context, log *slog.Logger) {
+	for _, f := range r.finish {
+		if err := f(ctx); err != nil && log != nil {
+			log.WarnContext(ctx, "post-ack bookkeeping failed", "operation_id", r.OperationID, "err", err)
+		}
+	}
+}
+
+func (r *Result) then(f func(ctx context.Context) error) { r.finish = append(r.finish, f) }
+
+// InfraError marks a failure of the gateway's own dependencies (ledger,
+// reservation store). Its answer is always a nack: evidence we cannot read or
+// write is never coerced into success or failure.
+type InfraError struct {
+	Op  string
+	Err error
+}
+
+func (e *InfraError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *InfraError) Unwrap() error { return e.Err }
+
+const maxReason = 300
+
+func bound(s string) string {
+	if len(s) > maxReason {
+		return s[:maxReason]
+	}
+	return s
+}
+
+// delivery is the per-request working set.
+type delivery struct {
+	route *Route
+	msg   *Message
+	id    Identity
+	rec   *Delivery
+	now   time.Time
+	// deadline is when the broker stops waiting for our answer.
+	deadline time.Time
+}
+
+// Deliver processes one decoded message for a route. The returned error is an
+// *InfraError (or nil); the Result is always usable and says Nack on error.
+func (g *Gate) Deliver(ctx context.Context, route *Route, msg *Message) (*Result, error) {
+	now := g.Now()
+	id, err := Identify(route, msg)
+	if err != nil {
+		var ie *IdentityError
+		if errors.As(err, &ie) {
+			return &Result{Decision: Reject, Reason: bound(ie.Error())}, nil
+		}
+		return nil, fmt.Errorf("identify: %w", err)
+	}
+	d := &delivery{
+		route: route, msg: msg, id: id, now: now,
+		deadline: now.Add(route.AckDeadline),
+		rec: &Delivery{
+			OperationID: id.OperationID, Broker: msg.Broker, Source: msg.Source,
+			MessageID: msg.MessageID, BrokerAttempt: msg.BrokerAttempt, ReceivedAt: now,
+			TraceID: traceID(ctx),
+		},
+	}
+	op, err := g.Ledger.Find(ctx, id.ScopeKey)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		op = nil
+	case err != nil:
+		return g.nack(d, "evidence store unavailable"), &InfraError{"find operation", err}
+	}
+	if op != nil && op.Fingerprint != id.Fingerprint {
+		return g.conflict(ctx, d, op)
+	}
+	plan := Decide(Evidence{Route: route, Op: op, PublishTime: msg.PublishTime, Now: now})
+	switch plan.Action {
+	case ActAckExisting:
+		return g.ackExisting(d, op, plan), nil
+	case ActHoldTerminal:
+		return g.answer(d, op, Terminal(op.DeadLetterPolicy), plan.Reason, ""), nil
+	case ActHoldIndeterminate:
+		return g.answer(d, op, Nack, plan.Reason, ""), nil
+	}
+	return g.reserved(ctx, d, op, plan)
+}
+
+// answer builds a result for a delivery that changes nothing but its own
+// record, which is written after the response.
+func (g *Gate) answer(d *delivery, op *Operation, dec Decision, reason, anomaly string) *Result {
+	res := &Result{Decision: dec, Reason: bound(reason), OperationID: d.id.OperationID}
+	if op != nil {
+		res.State = op.State
+	}
+	rec := *d.rec
+	rec.Decision, rec.Reason, rec.Anomaly = dec, res.Reason, anomaly
+	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
+	return res
+}
+
+func (g *Gate) nack(d *delivery, reason string) *Result {
+	return &Result{Decision: Nack, Reason: reason, OperationID: d.id.OperationID}
+}
+
+// ackExisting answers a redelivery of confirmed work: one read, no effect.
+func (g *Gate) ackExisting(d *delivery, op *Operation, plan Plan) *Result {
+	anomaly := ""
+	if op.State == StateAcknowledged {
+		anomaly = "redelivered_after_ack"
+	}
+	res := g.answer(d, op, Ack, plan.Reason, anomaly)
+	if op.State == StateAckPending || op.State == StateEffectConfirmed {
+		res.then(func(ctx context.Context) error { return g.markAcknowledged(ctx, op.ID, op.State, op.Fence) })
+	}
+	return res
+}
+
+func (g *Gate) markAcknowledged(ctx context.Context, opID string, from State, fence int64) error {
+	steps := []State{StateAcknowledged}
+	if from == StateEffectConfirmed {
+		steps = []State{StateAckPending, StateAcknowledged}
+	}
+	path, err := Path(from, steps...)
+	if err != nil {
+		return err
+	}
+	now := g.Now()
+	err = g.Ledger.Apply(ctx, &Change{
+		Operation: &Operation{ID: opID}, ExpectState: from, Fence: fence,
+		Steps: stepsWith(path, "acknowledging response written"), AckedAt: &now, At: now,
+	})
+	if errors.Is(err, ErrStateChanged) {
+		return nil // a concurrent redelivery marked it first
+	}
+	return err
+}
+
+// conflict keeps a reused key with a different payload as its own record.
+func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation) (*Result, error) {
+	reason := fmt.Sprintf("operation key %q reused with a different fingerprint than operation %s", d.id.Key, orig.ID)
+	rec := &Operation{
+		ID: ConflictID(d.id.ScopeKey, d.id.Fingerprint), ScopeKey: d.id.ScopeKey,
+		Tenant: d.route.Tenant, Route: d.route.Name, KeySource: d.route.Key.Kind, Key: d.id.Key,
+		Fingerprint: d.id.Fingerprint, FingerprintVersion: d.route.Fingerprint.Version,
+		ConflictOf: orig.ID, State: StateConflicting, Shape: d.route.Shape,
+		DeadLetterPolicy: d.route.DeadLetter, ContractVersion: d.route.ContractVersion,
+		Reason: bound(reason), TraceID: d.rec.TraceID,
+		CreatedAt: d.now, UpdatedAt: d.now, RetainUntil: d.now.Add(d.route.Retention),
+	}
+	dec := Terminal(d.route.DeadLetter)
+	c := &Conflict{Original: orig, Record: rec, At: d.now}
+	rd := *d.rec
+	rd.OperationID, rd.Decision, rd.Reason = rec.ID, dec, rec.Reason
+	c.Delivery = &rd
+	if dec == Ack {
+		c.DeadLetter = &DeadLetter{OperationID: rec.ID, Reason: rec.Reason, At: d.now}
+	}
+	stored, err := g.Ledger.RecordConflict(ctx, c)
+	if err != nil {
+		return g.nack(d, "evidence store unavailable"), &InfraError{"record conflict", err}
+	}
+	return &Result{Decision: dec, Reason: rec.Reason, OperationID: stored.ID, State: stored.State}, nil
+}
+
+// reserved runs the plans that need the operation's lease.
+func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Plan) (*Result, error) {
+	var floor int64
+	if op != nil {
+		floor = op.Fence
+	}
+	owner := g.Owner + "/" + g.NewToken()
+	lease, err := g.Reservations.Acquire(ctx, d.id.OperationID, owner, d.route.AckDeadline, floor)
+	if errors.Is(err, ErrHeld) {
+		return g.answer(d, op, Nack, "another owner holds the lease", ""), nil
+	}
+	if err != nil {
+		return g.nack(d, "reservation store unavailable"), &InfraError{"acquire reservation", err}
+	}
+	o := &owned{g: g, d: d, op: op, lease: lease}
+	res, err := o.run(ctx, plan)
+	if res == nil {
+		res = g.nack(d, "evidence store unavailable")
+	}
+	res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, o.lease) })
+	return res, err
+}
+
+func traceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+func stepsWith(path []Transition, reason string) []Step {
+	out := make([]Step, len(path))
+	for i, t := range path {
+		out[i] = Step{Transition: t, Reason: bound(reason)}
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package gate
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Statement is the evidence record's completion statement: what the ledger
+// can prove about an operation, and nothing more. It is generated from the
+// record, never stored, so it cannot drift from the evidence.
+func Statement(op *Operation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, op.ContractVersion)
+	switch op.State {
+	case StateEffectConfirmed, StateAckPending, StateAcknowledged:
+		fmt.Fprintf(&b, "the downstream's effect evidence is result %q, committed to the ledger at %s after %d attempt(s). ",
+			op.ResultID, stamp(op.EvidenceAt), op.AttemptCount)
+		if op.State == StateAcknowledged {
+			fmt.Fprintf(&b, "The acknowledging response was written to the broker at %s; a push broker gives no further confirmation.", stamp(op.AckedAt))
+		} else {
+			b.WriteString("The ack has not been confirmed as sent; a redelivery will be acked without a new effect.")
+		}
+	case StateEffectIndeterminate:
+		fmt.Fprintf(&b, "the effect is indeterminate after %d attempt(s): it may or may not have happened (%s). Automatic re-execution is blocked until the %s lane settles it. Not acknowledged.",
+			op.AttemptCount, op.Reason, laneOr(op.Lane))
+	case StateTerminalFailure:
+		fmt.Fprintf(&b, "will not be attempted again after %d attempt(s): %s. ", op.AttemptCount, op.Reason)
+		if op.DeadLetterPolicy == DeadLetterGateway {
+			b.WriteString("Dead-lettered by the gateway, then acknowledged without success.")
+		} else {
+			b.WriteString("Left to the broker's dead-letter policy; never acknowledged.")
+		}
+	case StateConflicting:
+		fmt.Fprintf(&b, "reuses the key of operation %s with a different payload. It was never executed and never acknowledged as success.", op.ConflictOf)
+	default:
+		fmt.Fprintf(&b, "no effect evidence yet (state %s, %d attempt(s)). Not acknowledged.", op.State, op.AttemptCount)
+	}
+	return b.String()
+}
+
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "an unrecorded time"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func laneOr(l string) string {
+	if l == "" {
+		return "operator"
+	}
+	return l
+}
