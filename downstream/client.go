@@ -1,0 +1,287 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// Headers every downstream call carries. A provider dedupes on the
+// idempotency key; the fence and operation id let it (and an operator reading
+// its logs) tie a request to the ledger's attempt.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderFence          = "X-Ackgate-Fence"
+	HeaderOperation      = "X-Ackgate-Operation"
+)
+
+const userAgent = "ackgate"
+
+// Options configures a Client.
+type Options struct {
+	// Transport is the base for the client's transport. It is cloned, so the
+	// changes New makes never reach the caller's other clients. Nil means
+	// http.DefaultTransport.
+	Transport *http.Transport
+}
+
+// Client performs effect calls and lookups over HTTP.
+type Client struct {
+	transport *http.Transport
+	http      *http.Client
+}
+
+var _ gate.Effects = (*Client)(nil)
+
+// New returns a Client whose transport cannot resend an effect request on its
+// own.
+//
+// The transport speaks HTTP/1.1 only. Its retry rules for a request without
+// GetBody are the ones newEffectRequest relies on and the package's tests
+// prove; HTTP/2 has its own retry paths (refused streams, GOAWAY) that would
+// need their own proof before they could be trusted with an unsafe effect.
+//
+// Redirects are not followed: a redirect would be a request the gate did not
+// decide, to a URL the route does not name. A 3xx is classified like any
+// other status.
+func New(opts Options) *Client {
+	base := opts.Transport
+	if base == nil {
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			base = dt
+		} else {
+			base = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		}
+	}
+	t := base.Clone()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	t.Protocols = &protos
+	return &Client{
+		transport: t,
+		http: &http.Client{
+			Transport: t,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+	}
+}
+
+// CloseIdleConnections releases pooled connections, for shutdown and tests.
+func (c *Client) CloseIdleConnections() { c.transport.CloseIdleConnections() }
+
+// Execute makes one effect call and classifies the answer. It never retries:
+// a retry is a new attempt, and only the gate may decide on one.
+func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.EffectResult {
+	spec := &req.Route.Effect
+	body, contentType, err := encodeBody(req.Route, req.Message)
+	if err != nil {
+		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: bound("not sent: " + err.Error())}
+	}
+	callCtx, cancel := withTimeout(ctx, spec.Timeout)
+	defer cancel()
+
+	var tr sendTrace
+	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), method(spec.Method), spec.URL, body)
+	if err != nil {
+		// The error text would quote the URL; say only what was wrong.
+		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: "not sent: effect method or url is invalid"}
+	}
+	setHeaders(hreq, spec, req, contentType)
+
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		outcome, reason := lost(ctx, spec, &tr, err)
+		return gate.EffectResult{Outcome: outcome, Reason: bound(reason)}
+	}
+	defer drainClose(resp.Body)
+
+	if !is2xx(resp.StatusCode) {
+		outcome, reason := classifyStatus(spec, resp.StatusCode)
+		return gate.EffectResult{Outcome: outcome, StatusCode: resp.StatusCode, Reason: bound(reason)}
+	}
+	id, ok, reason := resultID(spec, resp)
+	if !ok {
+		return gate.EffectResult{
+			Outcome:    gate.OutcomeUnknown,
+			StatusCode: resp.StatusCode,
+			Reason:     bound(fmt.Sprintf("status %d without evidence: %s", resp.StatusCode, reason)),
+		}
+	}
+	return gate.EffectResult{Outcome: gate.OutcomeConfirmed, StatusCode: resp.StatusCode, ResultID: id}
+}
+
+// Lookup asks the route's lookup endpoint whether the effect for the
+// idempotency key exists. Only a 404 counts as "definitely absent", because
+// absence is what licenses another attempt; every other failure is unknown.
+//
+// A lookup is a GET without a body, which net/http may resend after a broken
+// reused connection. That is harmless: a lookup reads, it does not apply.
+func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.LookupResult {
+	spec := &req.Route.Effect
+	if spec.LookupURL == "" {
+		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "route has no lookup url"}
+	}
+	callCtx, cancel := withTimeout(ctx, spec.Timeout)
+	defer cancel()
+
+	u := strings.ReplaceAll(spec.LookupURL, "{key}", escapeKey(req.IdempotencyKey))
+	hreq, err := http.NewRequestWithContext(callCtx, http.MethodGet, u, nil)
+	if err != nil {
+		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "lookup url is invalid"}
+	}
+	setHeaders(hreq, spec, req, "")
+
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: bound("lookup failed: " + timeoutOr(ctx, spec, err))}
+	}
+	defer drainClose(resp.Body)
+
+	switch resp.StatusCode {
+	case http.StatusOK:
+		id, ok, reason := resultID(spec, resp)
+		if !ok {
+			return gate.LookupResult{
+				Outcome:    gate.OutcomeUnknown,
+				StatusCode: resp.StatusCode,
+				Reason:     bound("lookup found the effect without evidence: " + reason),
+			}
+		}
+		return gate.LookupResult{Outcome: gate.OutcomeConfirmed, StatusCode: resp.StatusCode, ResultID: id}
+	case http.StatusNotFound:
+		return gate.LookupResult{Outcome: gate.OutcomeAbsent, StatusCode: resp.StatusCode}
+	default:
+		return gate.LookupResult{
+			Outcome:    gate.OutcomeUnknown,
+			StatusCode: resp.StatusCode,
+			Reason:     fmt.Sprintf("lookup answered status %d", resp.StatusCode),
+		}
+	}
+}
+
+// newEffectRequest builds a request the Transport can never resend by itself.
+//
+// net/http's Transport retries a request on a fresh connection when a reused
+// one breaks (shouldRetryRequest in transport.go). After bytes were written it
+// does so only for a "replayable" request (Request.isReplayable): one whose
+// body is nil, http.NoBody, or comes with a GetBody — and an Idempotency-Key
+// header makes any method count as idempotent. When nothing was written it
+// retries if the outgoing length is 0 or GetBody is set.
+//
+// So the body is always present, always of a type http.NewRequest does not
+// recognise (it would install a GetBody for *bytes.Reader and friends), never
+// http.NoBody, and GetBody stays nil. An empty body has ContentLength 0, which
+// net/http reads as "unknown" for a non-nil body and sends chunked; that is
+// the price of keeping an empty effect request unreplayable.
+func newEffectRequest(ctx context.Context, method, target string, body []byte) (*http.Request, error) {
+	r, err := http.NewRequestWithContext(ctx, method, target, newSendOnce(body))
+	if err != nil {
+		return nil, err
+	}
+	r.ContentLength = int64(len(body))
+	r.GetBody = nil
+	return r, nil
+}
+
+func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, contentType string) {
+	r.Header.Set("User-Agent", userAgent)
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range spec.Headers {
+		switch {
+		case strings.EqualFold(k, "Host"):
+			r.Host = v // net/http ignores a Host entry in Header
+		case strings.EqualFold(k, "Content-Type") && contentType == contentTypeCloudEvent:
+			// Structured mode defines the media type; a configured one
+			// would make the event unreadable.
+		default:
+			r.Header.Set(k, v)
+		}
+	}
+	// Set last so configuration cannot override what ties the request to
+	// its attempt.
+	r.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey)
+	r.Header.Set(HeaderFence, strconv.FormatInt(req.Fence, 10))
+	r.Header.Set(HeaderOperation, req.OperationID)
+}
+
+// sendTrace records how far a request got. GotConn is called on the caller's
+// goroutine before the request is handed to the connection's writer, so once
+// Do has returned, "no connection" reliably means "nothing was sent".
+type sendTrace struct {
+	gotConn atomic.Bool
+	wrote   atomic.Bool
+}
+
+func (s *sendTrace) hooks() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { s.gotConn.Store(true) },
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				s.wrote.Store(true)
+			}
+		},
+	}
+}
+
+// lost classifies a call that ended without a response. Only a request that
+// never got a connection is retryable: once it has one, some or all of it may
+// have reached the provider, and a provider may apply a request whose response
+// it never manages to send.
+func lost(parent context.Context, spec *gate.EffectSpec, tr *sendTrace, err error) (gate.Outcome, string) {
+	what := timeoutOr(parent, spec, err)
+	switch {
+	case !tr.gotConn.Load():
+		return gate.OutcomeRetryable, "not sent: " + what
+	case tr.wrote.Load():
+		return gate.OutcomeUnknown, "sent, no answer: " + what + "; the effect may have been applied"
+	default:
+		return gate.OutcomeUnknown, "lost while sending: " + what + "; the effect may have been applied"
+	}
+}
+
+// timeoutOr describes err, telling the route's own timeout from the caller's
+// deadline (the lease) because they call for different fixes.
+func timeoutOr(parent context.Context, spec *gate.EffectSpec, err error) string {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return describe(err)
+	}
+	if parent.Err() == nil && spec.Timeout > 0 {
+		return fmt.Sprintf("effect timeout (%s) reached", spec.Timeout)
+	}
+	return "caller deadline reached"
+}
+
+// withTimeout applies the route's timeout under the caller's deadline; the
+// sooner of the two wins.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
+
+func method(m string) string {
+	if m == "" {
+		return http.MethodPost
+	}
+	return strings.ToUpper(m)
+}
+
+// escapeKey escapes a key for either a path segment or a query value: query
+// escaping, with spaces as %20 because a "+" in a path is a literal plus.
+func escapeKey(k string) string {
+	return strings.ReplaceAll(url.QueryEscape(k), "+", "%20")
+}
