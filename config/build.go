@@ -1,0 +1,455 @@
+package config
+
+import (
+	"fmt"
+	"net/textproto"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+var (
+	routeNameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	pubsubSourceRE = regexp.MustCompile(`^projects/[^/\s]+/subscriptions/[^/\s]+$`)
+	snsSourceRE    = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$`)
+	headerNameRE   = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+)
+
+// reservedHeaders are set by the gateway on every effect call (or by
+// net/http); a route may not override them. Idempotency-Key in particular is
+// the gate's, and a second copy would also make net/http replay requests.
+var reservedHeaders = []string{
+	"Connection", "Content-Length", "Host", "Idempotency-Key", "Te", "Trailer",
+	"Transfer-Encoding", "Upgrade", "X-Idempotency-Key",
+}
+
+var effectMethods = []string{"DELETE", "GET", "PATCH", "POST", "PUT"}
+
+// routeErrs collects field errors for one route.
+type routeErrs []error
+
+func (e *routeErrs) add(field, format string, a ...any) {
+	*e = append(*e, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+}
+
+// duration parses an optional duration field; ok is false when it is absent
+// or invalid (invalid ones are reported).
+func (e *routeErrs) duration(field, raw string) (time.Duration, bool) {
+	if raw == "" {
+		return 0, false
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		e.add(field, "%q is not a duration (write it like \"10s\", \"30m\" or \"168h\")", raw)
+		return 0, false
+	}
+	return d, true
+}
+
+// buildRoute applies defaults to spec and validates the result. Errors name
+// the field; the caller adds the route.
+func buildRoute(spec *routeSpec) (*gate.Route, []error) {
+	var errs routeErrs
+	r := &gate.Route{
+		Name:   spec.Name,
+		Tenant: spec.Tenant,
+		Broker: gate.Broker(spec.Broker),
+		Shape:  gate.Shape(spec.Shape),
+	}
+
+	// Identity of the route.
+	switch {
+	case r.Name == "":
+		errs.add("name", "required")
+	case !routeNameRE.MatchString(r.Name):
+		errs.add("name", "%q must be 1 to %d characters of a-z, 0-9, '-' and '_', starting with a letter or digit", r.Name, maxRouteNameLen)
+	}
+	if r.Tenant == "" {
+		r.Tenant = DefaultTenant
+	} else if !routeNameRE.MatchString(r.Tenant) {
+		errs.add("tenant", "%q must be 1 to %d characters of a-z, 0-9, '-' and '_', starting with a letter or digit", r.Tenant, maxRouteNameLen)
+	}
+	brokerOK := true
+	switch r.Broker {
+	case gate.BrokerPubSub, gate.BrokerSNS:
+	case "":
+		errs.add("broker", "required: pubsub or sns")
+		brokerOK = false
+	default:
+		errs.add("broker", "%q is not pubsub or sns", spec.Broker)
+		brokerOK = false
+	}
+	switch {
+	case spec.Auth == nil || *spec.Auth == "":
+		errs.add("auth", "required; write auth: none to accept unauthenticated deliveries")
+	case *spec.Auth == AuthNone:
+		r.Auth = AuthNone
+	default:
+		errs.add("auth", "%q is not implemented yet (only %q is available)", *spec.Auth, AuthNone)
+	}
+	r.Sources = sortedUnique(spec.Sources)
+	for _, s := range r.Sources {
+		switch r.Broker {
+		case gate.BrokerPubSub:
+			if !pubsubSourceRE.MatchString(s) {
+				errs.add("sources", "%q is not a subscription name like projects/PROJECT/subscriptions/NAME", s)
+			}
+		case gate.BrokerSNS:
+			switch {
+			case !snsSourceRE.MatchString(s):
+				errs.add("sources", "%q is not a topic ARN like arn:aws:sns:REGION:ACCOUNT:TOPIC", s)
+			case strings.HasSuffix(s, ".fifo"):
+				errs.add("sources", "%q is a FIFO topic, and FIFO topics cannot deliver to HTTP endpoints", s)
+			}
+		}
+	}
+
+	buildKey(r, spec, &errs)
+	buildFingerprint(r, spec, &errs)
+
+	// Broker timing: the lease comes from the ack deadline.
+	ack, ackSet := errs.duration("ack_deadline", spec.AckDeadline)
+	switch r.Broker {
+	case gate.BrokerPubSub:
+		if !ackSet {
+			ack = DefaultPubSubAckDeadline
+		}
+		if ack < MinPubSubAckDeadline || ack > MaxPubSubAckDeadline {
+			errs.add("ack_deadline", "%s is outside Pub/Sub's range of %s to %s; use the subscription's ack deadline", ack, MinPubSubAckDeadline, MaxPubSubAckDeadline)
+		}
+	case gate.BrokerSNS:
+		if ackSet && ack != SNSAckDeadline {
+			errs.add("ack_deadline", "%s: SNS always waits %s for an HTTP delivery; leave ack_deadline out", ack, SNSAckDeadline)
+		}
+		ack = SNSAckDeadline
+	}
+	r.AckDeadline = ack
+
+	var renewal renewalSpec
+	if spec.Renewal != nil {
+		renewal = *spec.Renewal
+	}
+	interval, ok := errs.duration("renewal.interval", renewal.Interval)
+	if !ok {
+		interval = ack / 3
+	}
+	maxExt, ok := errs.duration("renewal.max_extension", renewal.MaxExtension)
+	if !ok {
+		maxExt = ack
+		if r.Broker == gate.BrokerSNS {
+			maxExt = 0
+		}
+	}
+	r.Renewal = gate.Renewal{Interval: interval, MaxExtension: maxExt}
+	if interval <= 0 {
+		errs.add("renewal.interval", "must be positive, got %s", interval)
+	} else if brokerOK && interval >= ack {
+		errs.add("renewal.interval", "%s must be shorter than ack_deadline (%s), or the lease lapses before it is renewed", interval, ack)
+	}
+	if maxExt < 0 {
+		errs.add("renewal.max_extension", "must not be negative, got %s", maxExt)
+	}
+
+	buildEffect(r, spec, &errs)
+	if brokerOK && r.Effect.Timeout > 0 && r.Effect.Timeout > ack+maxExt {
+		errs.add("effect.timeout", "%s is longer than ack_deadline + renewal.max_extension (%s): the lease would lapse while the call still runs, and another replica could start the effect again", r.Effect.Timeout, ack+maxExt)
+	}
+
+	// Shape and its settle policy.
+	dedupe, dedupeSet := errs.duration("dedupe_window", spec.DedupeWindow)
+	switch r.Shape {
+	case gate.ShapeIdempotent:
+		if !dedupeSet && spec.DedupeWindow == "" {
+			errs.add("dedupe_window", "required for shape idempotent: how long the provider honours an idempotency key")
+		} else if dedupeSet && dedupe <= 0 {
+			errs.add("dedupe_window", "must be positive, got %s", dedupe)
+		}
+		r.DedupeWindow = dedupe
+	case gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable:
+		if spec.DedupeWindow != "" {
+			errs.add("dedupe_window", "only applies to shape idempotent, not %s", r.Shape)
+		}
+	case "":
+		errs.add("shape", "required: idempotent, lookup, unsafe or repeatable")
+	default:
+		errs.add("shape", "%q is not idempotent, lookup, unsafe or repeatable", spec.Shape)
+	}
+	switch {
+	case r.Shape == gate.ShapeLookup && r.Effect.LookupURL == "":
+		errs.add("effect.lookup_url", "required for shape lookup")
+	case r.Shape != gate.ShapeLookup && r.Effect.LookupURL != "" && r.Shape != "":
+		errs.add("effect.lookup_url", "only applies to shape lookup, not %s", r.Shape)
+	}
+
+	// Retries and dead letters.
+	r.MaxAttempts = DefaultMaxAttempts
+	if spec.MaxAttempts != nil {
+		r.MaxAttempts = *spec.MaxAttempts
+	}
+	if r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit {
+		errs.add("max_attempts", "must be from 1 to %d, got %d", MaxAttemptsLimit, r.MaxAttempts)
+	}
+	r.DeadLetter = gate.DeadLetterPolicy(spec.DeadLetter)
+	switch r.DeadLetter {
+	case "":
+		r.DeadLetter = gate.DeadLetterBroker
+	case gate.DeadLetterGateway, gate.DeadLetterBroker:
+	default:
+		errs.add("dead_letter", "%q is not gateway or broker", spec.DeadLetter)
+	}
+
+	buildRetention(r, spec, &errs)
+
+	r.Private = sortedUnique(spec.Private)
+	for _, p := range r.Private {
+		if strings.TrimSpace(p) == "" {
+			errs.add("private", "attribute names must not be empty")
+		}
+	}
+	if r.Key.Kind == gate.KeyAttribute && slices.Contains(r.Private, r.Key.Name) {
+		errs.add("operation_key.name", "attribute %q is private, but the operation key is stored in plain text in the ledger", r.Key.Name)
+	}
+	return r, errs
+}
+
+func buildKey(r *gate.Route, spec *routeSpec, errs *routeErrs) {
+	var k keySpec
+	if spec.OperationKey != nil {
+		k = *spec.OperationKey
+	}
+	r.Key = gate.KeySource{Kind: gate.KeyKind(k.Kind), Name: k.Name}
+	switch r.Key.Kind {
+	case "":
+		if k.Name != "" {
+			errs.add("operation_key.kind", "required when a name is given: attribute or json_pointer")
+		}
+		r.Key.Kind = gate.KeyMessageID
+	case gate.KeyMessageID:
+		if k.Name != "" {
+			errs.add("operation_key.name", "must be empty for kind message_id")
+		}
+	case gate.KeyAttribute:
+		if k.Name == "" {
+			errs.add("operation_key.name", "required for kind attribute: the attribute that holds the key")
+		}
+	case gate.KeyJSONPointer:
+		if k.Name == "" {
+			errs.add("operation_key.name", "required for kind json_pointer: a pointer such as /order/id")
+		} else if !strings.HasPrefix(k.Name, "/") {
+			errs.add("operation_key.name", "JSON pointer %q must start with /", k.Name)
+		}
+	default:
+		errs.add("operation_key.kind", "%q is not message_id, attribute or json_pointer", k.Kind)
+	}
+}
+
+func buildFingerprint(r *gate.Route, spec *routeSpec, errs *routeErrs) {
+	fp := fingerprintSpec{}
+	if spec.Fingerprint != nil {
+		fp = *spec.Fingerprint
+	}
+	r.Fingerprint = gate.FingerprintSpec{Version: DefaultFingerprintVer, Data: true}
+	if fp.Version != nil {
+		r.Fingerprint.Version = *fp.Version
+	}
+	if fp.Data != nil {
+		r.Fingerprint.Data = *fp.Data
+	}
+	if r.Fingerprint.Version < 1 {
+		errs.add("fingerprint.version", "must be 1 or more, got %d", r.Fingerprint.Version)
+	}
+	// The gate sorts attributes itself, so their order is not part of the
+	// contract; pointer order is.
+	r.Fingerprint.Attributes = sortedUnique(fp.Attributes)
+	for _, a := range r.Fingerprint.Attributes {
+		if strings.TrimSpace(a) == "" {
+			errs.add("fingerprint.attributes", "attribute names must not be empty")
+		}
+	}
+	r.Fingerprint.Pointers = slices.Clone(fp.Pointers)
+	seen := map[string]bool{}
+	for _, p := range r.Fingerprint.Pointers {
+		switch {
+		case !strings.HasPrefix(p, "/"):
+			errs.add("fingerprint.pointers", "JSON pointer %q must start with /", p)
+		case seen[p]:
+			errs.add("fingerprint.pointers", "%q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	if !r.Fingerprint.Data && len(r.Fingerprint.Attributes) == 0 && len(r.Fingerprint.Pointers) == 0 {
+		errs.add("fingerprint", "covers nothing: with data: false, name attributes or pointers, or every payload would count as the same intent")
+	}
+}
+
+func buildEffect(r *gate.Route, spec *routeSpec, errs *routeErrs) {
+	if spec.Effect == nil {
+		errs.add("effect", "required: the downstream call that performs the route's effect")
+		return
+	}
+	e := spec.Effect
+	out := gate.EffectSpec{
+		Method:          strings.ToUpper(e.Method),
+		URL:             e.URL,
+		BodyMode:        gate.BodyMode(e.BodyMode),
+		ResultIDHeader:  e.ResultIDHeader,
+		ResultIDPointer: e.ResultIDPointer,
+		LookupURL:       e.LookupURL,
+	}
+	if out.Method == "" {
+		out.Method = DefaultEffectMethod
+	} else if !slices.Contains(effectMethods, out.Method) {
+		errs.add("effect.method", "%q is not one of %s", e.Method, strings.Join(effectMethods, ", "))
+	}
+	if e.URL == "" {
+		errs.add("effect.url", "required")
+	} else if err := checkHTTPURL(e.URL); err != nil {
+		errs.add("effect.url", "%v", err)
+	}
+	switch out.BodyMode {
+	case "":
+		out.BodyMode = gate.BodyRaw
+	case gate.BodyRaw, gate.BodyEnvelope, gate.BodyCloudEvent:
+	default:
+		errs.add("effect.body_mode", "%q is not raw, envelope or cloudevent", e.BodyMode)
+	}
+	if len(e.Headers) > 0 {
+		out.Headers = make(map[string]string, len(e.Headers))
+		for name, value := range e.Headers {
+			canon := textproto.CanonicalMIMEHeaderKey(name)
+			switch {
+			case !headerNameRE.MatchString(name):
+				errs.add("effect.headers", "%q is not a valid header name", name)
+			case slices.Contains(reservedHeaders, canon):
+				errs.add("effect.headers", "%s is set by the gateway and cannot be configured", canon)
+			case strings.ContainsAny(value, "\r\n\x00"):
+				errs.add("effect.headers", "value of %s contains a line break or NUL", canon)
+			}
+			if _, dup := out.Headers[canon]; dup {
+				errs.add("effect.headers", "%s is given twice (header names are case-insensitive)", canon)
+			}
+			out.Headers[canon] = value
+		}
+	}
+	out.Timeout = DefaultEffectTimeout
+	if d, ok := errs.duration("effect.timeout", e.Timeout); ok {
+		out.Timeout = d
+		if d <= 0 {
+			errs.add("effect.timeout", "must be positive, got %s", d)
+		}
+	}
+	if out.ResultIDHeader != "" && !headerNameRE.MatchString(out.ResultIDHeader) {
+		errs.add("effect.result_id_header", "%q is not a valid header name", out.ResultIDHeader)
+	}
+	if out.ResultIDPointer != "" && !strings.HasPrefix(out.ResultIDPointer, "/") {
+		errs.add("effect.result_id_pointer", "JSON pointer %q must start with /", out.ResultIDPointer)
+	}
+	if out.LookupURL != "" {
+		if err := checkHTTPURL(strings.ReplaceAll(out.LookupURL, lookupKeyPlaceholder, "k")); err != nil {
+			errs.add("effect.lookup_url", "%v", err)
+		} else if !strings.Contains(out.LookupURL, lookupKeyPlaceholder) {
+			errs.add("effect.lookup_url", "must contain %s, where the idempotency key goes", lookupKeyPlaceholder)
+		}
+	}
+
+	// Status lists. An explicit list wins over the other list's default: a
+	// code claimed explicitly is dropped from the defaulted list.
+	terminal, terminalSet := DefaultTerminalStatuses(), e.TerminalStatuses != nil
+	retryable, retryableSet := DefaultRetryableStatuses(), e.RetryableStatuses != nil
+	if terminalSet {
+		terminal = sortedUnique(*e.TerminalStatuses)
+	}
+	if retryableSet {
+		retryable = sortedUnique(*e.RetryableStatuses)
+	}
+	switch {
+	case terminalSet && !retryableSet:
+		retryable = slices.DeleteFunc(retryable, func(c int) bool { return slices.Contains(terminal, c) })
+	case retryableSet && !terminalSet:
+		terminal = slices.DeleteFunc(terminal, func(c int) bool { return slices.Contains(retryable, c) })
+	}
+	checkStatuses(errs, "effect.terminal_statuses", terminal)
+	checkStatuses(errs, "effect.retryable_statuses", retryable)
+	for _, c := range terminal {
+		if slices.Contains(retryable, c) {
+			errs.add("effect.retryable_statuses", "%d is also in terminal_statuses; a status is either terminal or retryable", c)
+		}
+	}
+	if terminal == nil {
+		terminal = []int{}
+	}
+	if retryable == nil {
+		retryable = []int{}
+	}
+	out.TerminalStatuses, out.RetryableStatuses = terminal, retryable
+	r.Effect = out
+}
+
+func checkStatuses(errs *routeErrs, field string, codes []int) {
+	for _, c := range codes {
+		switch {
+		case c < minStatus || c > maxStatus:
+			errs.add(field, "%d is not an HTTP status (%d to %d)", c, minStatus, maxStatus)
+		case c >= successLow && c <= successTop:
+			errs.add(field, "%d is a success; every 2xx already counts as the effect's evidence", c)
+		}
+	}
+}
+
+func buildRetention(r *gate.Route, spec *routeSpec, errs *routeErrs) {
+	retention, retentionSet := errs.duration("retention", spec.Retention)
+	horizon, horizonSet := errs.duration("broker_retention", spec.BrokerRetention)
+	switch r.Broker {
+	case gate.BrokerPubSub:
+		if !horizonSet {
+			horizon = DefaultPubSubBrokerRetention
+		} else if horizon < MinPubSubRetention || horizon > MaxPubSubRetention {
+			errs.add("broker_retention", "%s is outside Pub/Sub's message retention range of %s to %s", horizon, MinPubSubRetention, MaxPubSubRetention)
+		}
+		if !retentionSet && spec.Retention == "" {
+			retention = horizon + pubSubRetentionMargin
+		}
+	case gate.BrokerSNS:
+		if spec.BrokerRetention != "" {
+			errs.add("broker_retention", "only applies to pubsub; SNS retries for at most %s", SNSRedeliveryHorizon)
+		}
+		horizon = SNSRedeliveryHorizon
+		if !retentionSet && spec.Retention == "" {
+			retention = DefaultSNSRetention
+		}
+	default:
+		return
+	}
+	r.Retention = retention
+	if (retentionSet || spec.Retention == "") && retention < horizon {
+		errs.add("retention", "%s does not cover the broker's redelivery horizon (%s): a late redelivery would look like a new message", retention, horizon)
+	}
+}
+
+// checkHTTPURL accepts an absolute http or https URL with a host.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("%q must be an absolute http(s) URL", raw)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q must not carry credentials; use effect.headers", u.Redacted())
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("%q must not have a #fragment", raw)
+	}
+	return nil
+}
+
+func sortedUnique[T interface{ ~int | ~string }](in []T) []T {
+	if len(in) == 0 {
+		return nil
+	}
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

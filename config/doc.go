@@ -1,0 +1,124 @@
+// Package config loads ackgate's two kinds of configuration: process settings
+// from GATEWAY_* environment variables, and routes from one YAML file. Both are
+// validated before anything starts; an invalid routes file is reported in
+// full, every problem naming its route and field, for example
+//
+//	route "orders": effect.url: "ftp://x" must be an absolute http(s) URL
+//
+// # Process settings
+//
+// LoadSettings reads these variables (Usage prints the same table):
+//
+//	GATEWAY_DATABASE_URL          postgres://ackgate:ackgate@127.0.0.1:5432/ackgate?sslmode=disable
+//	GATEWAY_REDIS_URL             redis://127.0.0.1:6379/0
+//	GATEWAY_REDIS_ADDRS           Sentinel or Cluster addresses, comma-separated
+//	GATEWAY_REDIS_MASTER_NAME     Sentinel master; with REDIS_ADDRS selects Sentinel
+//	GATEWAY_REDIS_SENTINEL_PASSWORD
+//	GATEWAY_REDIS_CLUSTER         false; true treats a single REDIS_ADDRS entry as a Cluster seed
+//	GATEWAY_ROUTES_FILE           required by serve and check-config
+//	GATEWAY_LISTEN_ADDR           :8080 (ingest)
+//	GATEWAY_ADMIN_ADDR            :8081 (admin API; must differ from the ingest listener)
+//	GATEWAY_ADMIN_TOKEN           required by serve, at least 16 characters
+//	GATEWAY_MAX_BODY_BYTES        1048576 (1 MiB)
+//	GATEWAY_READ_HEADER_TIMEOUT   5s
+//	GATEWAY_READ_TIMEOUT          30s
+//	GATEWAY_WRITE_TIMEOUT         60s; must exceed every route's ack_deadline
+//	GATEWAY_IDLE_TIMEOUT          120s
+//	GATEWAY_SHUTDOWN_TIMEOUT      25s, inside Kubernetes' default 30 s grace period
+//	GATEWAY_LOG_LEVEL             info (debug, info, warn, error)
+//	GATEWAY_INSTANCE_ID           the host name
+//
+// Redis topology follows go-redis's UniversalClient: REDIS_URL alone is a
+// standalone server; REDIS_ADDRS with REDIS_MASTER_NAME is Sentinel; several
+// REDIS_ADDRS (or REDIS_CLUSTER=true) is Cluster. With REDIS_ADDRS set, the
+// URL still supplies username, password, database and TLS (rediss://).
+//
+// The body limit of 1 MiB covers SNS (256 KiB messages) and typical Pub/Sub
+// messages. A Pub/Sub message arrives base64-encoded, so raise the limit to
+// about 1.4 times the largest message a route carries: a push larger than the
+// limit is refused, which Pub/Sub treats as a nack.
+//
+// # Routes file
+//
+// The file holds one top-level list, routes:. Unknown fields anywhere are
+// errors, so a misspelt policy never silently falls back to its default.
+// Durations are Go duration strings ("10s", "168h"). Fields and defaults:
+//
+//	name              required; a-z, 0-9, '-', '_', at most 63; unique
+//	tenant            "default"
+//	broker            required: pubsub | sns
+//	auth              required; only "none" is implemented so far, and every
+//	                  route using it is reported by AuthNoneWarnings
+//	sources           subscriptions (projects/P/subscriptions/S) or topic ARNs;
+//	                  empty accepts any. FIFO topics are refused: SNS cannot
+//	                  deliver them over HTTP.
+//	operation_key     kind: message_id (default) | attribute | json_pointer;
+//	                  name: the attribute, or the pointer ("/order/id")
+//	fingerprint       version: 1, data: true, attributes: [], pointers: []
+//	effect.method     POST
+//	effect.url        required; absolute http(s)
+//	effect.body_mode  raw | envelope | cloudevent; default raw
+//	effect.headers    extra headers; the gateway's own (Idempotency-Key, Host,
+//	                  Content-Length, ...) cannot be set
+//	effect.timeout    5s; at most ack_deadline + renewal.max_extension
+//	effect.result_id_header, effect.result_id_pointer
+//	                  where a 2xx carries the provider's result id
+//	effect.retryable_statuses
+//	                  [408, 425, 429, 500, 502, 503, 504]
+//	effect.terminal_statuses
+//	                  [400, 401, 403, 404, 410, 422]
+//	effect.lookup_url required for, and only for, shape lookup; contains {key}
+//	shape             required: idempotent | lookup | unsafe | repeatable
+//	dedupe_window     required for, and only for, shape idempotent
+//	max_attempts      5 (1 to 100)
+//	dead_letter       broker | gateway; default broker
+//	ack_deadline      pubsub: 10s (10s to 600s, the subscription's value);
+//	                  sns: always 15s
+//	renewal.interval  ack_deadline / 3; must be shorter than ack_deadline
+//	renewal.max_extension
+//	                  pubsub: ack_deadline; sns: 0
+//	broker_retention  pubsub only: the subscription's message retention,
+//	                  7 days by default (10m to 31 days)
+//	retention         pubsub: broker_retention + 1 day (8 days by default);
+//	                  sns: 2h
+//	private           attribute names never stored or logged
+//
+// Why these defaults:
+//
+//   - The message id is the only key every message has, and both brokers keep
+//     it stable across redeliveries. Fingerprinting the data by default means a
+//     reused key with a different payload is caught as a conflict.
+//   - Only responses that reliably mean "nothing happened" are retryable, and
+//     only responses a retry cannot change are terminal. Any other status is
+//     unknown and goes through the route's shape (dedupe, lookup or operator).
+//     Listing a status explicitly in one list removes it from the other list's
+//     default; listing it in both is an error. A 2xx can be in neither.
+//   - Five attempts ride out a brief downstream outage without turning a
+//     message that can never succeed into an endless retry loop.
+//   - dead_letter defaults to broker so that nothing is acked unless the
+//     effect happened, unless a route opts into the gateway's dead-letter
+//     table.
+//   - The lease follows the broker: Pub/Sub's default ack deadline is 10 s and
+//     SNS waits 15 s. Renewing every third of the deadline leaves two chances
+//     before the lease lapses. Pub/Sub may extend by one more deadline so a slow
+//     call keeps its owner while the broker redelivers; SNS's timeout is fixed,
+//     so the default there is no extension.
+//   - Evidence must outlive every redelivery of the same message, or a late
+//     redelivery looks new and runs the effect again. Pub/Sub can redeliver for
+//     as long as the subscription retains messages (7 days by default, up to
+//     31), so retention defaults to that plus a day and may never be shorter.
+//     SNS retries for at most an hour, so 2 h is kept and 1 h is the minimum.
+//
+// Private attributes may still appear in fingerprint.attributes, since only
+// their hash is kept, but not as the operation key, which the ledger stores in
+// plain text.
+//
+// # Contract version
+//
+// Each route is stamped with ContractVersion: the first 16 hex digits of the
+// SHA-256 of its JSON encoding after defaults, with lists whose order has no
+// meaning sorted (sources, attributes, statuses, private) and header names
+// canonicalised. Reordering such a list keeps the version; changing any
+// setting changes it. broker_retention is a start-up check only and is not
+// part of the contract.
+package config

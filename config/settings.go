@@ -1,0 +1,452 @@
+package config
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"text/template"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/kelseyhightower/envconfig"
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvPrefix is the prefix of every process setting's environment variable.
+const EnvPrefix = "GATEWAY"
+
+// MinAdminTokenLen is the shortest admin token serve accepts.
+const MinAdminTokenLen = 16
+
+// Settings are the process settings, read from GATEWAY_* environment
+// variables. The struct tags are envconfig's: they name the variable, its
+// default and its description (see Usage).
+type Settings struct {
+	DatabaseURL string `envconfig:"DATABASE_URL" default:"postgres://ackgate:ackgate@127.0.0.1:5432/ackgate?sslmode=disable" desc:"Postgres URL or key=value DSN of the ledger"`
+
+	// RedisURL is used alone for a standalone Redis. With RedisAddrs set, the
+	// addresses replace its host, and the URL still supplies username,
+	// password, database and TLS (rediss://).
+	RedisURL              string   `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0" desc:"Redis URL; with REDIS_ADDRS it only supplies credentials, db and TLS"`
+	RedisAddrs            []string `envconfig:"REDIS_ADDRS" desc:"comma-separated Sentinel or Cluster addresses (host:port)"`
+	RedisMasterName       string   `envconfig:"REDIS_MASTER_NAME" desc:"Sentinel master name; set to use Sentinel"`
+	RedisSentinelPassword string   `envconfig:"REDIS_SENTINEL_PASSWORD" desc:"password of the Sentinel nodes themselves"`
+	RedisCluster          bool     `envconfig:"REDIS_CLUSTER" default:"false" desc:"treat REDIS_ADDRS as Cluster seeds even when there is only one"`
+
+	RoutesFile string `envconfig:"ROUTES_FILE" desc:"path of the routes YAML file (required for serve and check-config)"`
+	ListenAddr string `envconfig:"LISTEN_ADDR" default:":8080" desc:"ingest listener"`
+	AdminAddr  string `envconfig:"ADMIN_ADDR" default:":8081" desc:"admin listener"`
+	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API (required for serve, at least 16 characters)"`
+
+	MaxBodyBytes      int64         `envconfig:"MAX_BODY_BYTES" default:"1048576" desc:"largest push request body accepted"`
+	ReadHeaderTimeout time.Duration `envconfig:"READ_HEADER_TIMEOUT" default:"5s" desc:"http.Server ReadHeaderTimeout"`
+	ReadTimeout       time.Duration `envconfig:"READ_TIMEOUT" default:"30s" desc:"http.Server ReadTimeout"`
+	WriteTimeout      time.Duration `envconfig:"WRITE_TIMEOUT" default:"60s" desc:"http.Server WriteTimeout; must exceed every route's ack_deadline"`
+	IdleTimeout       time.Duration `envconfig:"IDLE_TIMEOUT" default:"120s" desc:"http.Server IdleTimeout"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"time given to in-flight deliveries on shutdown"`
+
+	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
+}
+
+// maxBodyLimit is the largest MaxBodyBytes accepted: a 10 MB Pub/Sub message
+// base64-encoded inside its envelope, with room to spare.
+const maxBodyLimit = 32 << 20
+
+// LoadSettings reads the process settings through getenv (os.Getenv when
+// nil), applies defaults and validates what every subcommand needs. Serve
+// additionally calls ValidateServe.
+//
+// envconfig defines the variables: their names, defaults and descriptions
+// come from its struct tags and its own field walk. envconfig itself only reads
+// the process environment, so the values are looked up through getenv here;
+// that keeps run(ctx, getenv, ...) and parallel tests free of os.Setenv. An
+// empty value counts as unset, so the default applies.
+func LoadSettings(getenv func(string) string) (Settings, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var s Settings
+	vars, err := settingVars(&s)
+	if err != nil {
+		return Settings{}, err
+	}
+	var errs []error
+	for _, v := range vars {
+		raw := getenv(v.key)
+		if raw == "" {
+			raw = v.def
+		}
+		if raw == "" {
+			continue
+		}
+		if err := setField(v.field, raw); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", v.key, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	if s.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "ackgate-" + strconv.Itoa(os.Getpid())
+		}
+		s.InstanceID = host
+	}
+	if err := s.Validate(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// Validate checks the settings every subcommand relies on.
+func (s Settings) Validate() error {
+	var errs []error
+	add := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s_%s: %s", EnvPrefix, key, fmt.Sprintf(format, a...)))
+	}
+	if err := checkDatabaseURL(s.DatabaseURL); err != nil {
+		add("DATABASE_URL", "%v", err)
+	}
+	if _, err := s.RedisOptions(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.RedisMasterName != "" && len(s.RedisAddrs) == 0 {
+		add("REDIS_MASTER_NAME", "needs GATEWAY_REDIS_ADDRS (the Sentinel addresses)")
+	}
+	if s.RedisCluster && len(s.RedisAddrs) == 0 {
+		add("REDIS_CLUSTER", "needs GATEWAY_REDIS_ADDRS (the Cluster seed addresses)")
+	}
+	for _, a := range s.RedisAddrs {
+		if err := checkHostPort(a, true); err != nil {
+			add("REDIS_ADDRS", "%q: %v", a, err)
+		}
+	}
+	if err := checkHostPort(s.ListenAddr, false); err != nil {
+		add("LISTEN_ADDR", "%q: %v", s.ListenAddr, err)
+	}
+	if err := checkHostPort(s.AdminAddr, false); err != nil {
+		add("ADMIN_ADDR", "%q: %v", s.AdminAddr, err)
+	}
+	if s.MaxBodyBytes <= 0 || s.MaxBodyBytes > maxBodyLimit {
+		add("MAX_BODY_BYTES", "must be between 1 and %d, got %d", maxBodyLimit, s.MaxBodyBytes)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"READ_HEADER_TIMEOUT", s.ReadHeaderTimeout},
+		{"READ_TIMEOUT", s.ReadTimeout},
+		{"WRITE_TIMEOUT", s.WriteTimeout},
+		{"IDLE_TIMEOUT", s.IdleTimeout},
+		{"SHUTDOWN_TIMEOUT", s.ShutdownTimeout},
+	} {
+		if d.v <= 0 {
+			add(d.key, "must be positive, got %s", d.v)
+		}
+	}
+	if s.ReadHeaderTimeout > 0 && s.ReadTimeout > 0 && s.ReadHeaderTimeout > s.ReadTimeout {
+		add("READ_HEADER_TIMEOUT", "%s is longer than GATEWAY_READ_TIMEOUT (%s)", s.ReadHeaderTimeout, s.ReadTimeout)
+	}
+	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
+		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateServe checks what serve needs beyond Validate: a routes file, an
+// admin token and two distinct listeners.
+func (s Settings) ValidateServe() error {
+	var errs []error
+	if err := s.ValidateRoutesFile(); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case s.AdminToken == "":
+		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: required for serve", EnvPrefix))
+	case len(s.AdminToken) < MinAdminTokenLen:
+		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
+	case strings.TrimSpace(s.AdminToken) != s.AdminToken:
+		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: has leading or trailing white space", EnvPrefix))
+	}
+	if sameListener(s.ListenAddr, s.AdminAddr) {
+		errs = append(errs, fmt.Errorf("%s_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR (%q): the admin API never shares the ingest listener", EnvPrefix, s.ListenAddr))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateRoutesFile checks that a routes file is named (serve, check-config).
+func (s Settings) ValidateRoutesFile() error {
+	if strings.TrimSpace(s.RoutesFile) == "" {
+		return fmt.Errorf("%s_ROUTES_FILE: required", EnvPrefix)
+	}
+	return nil
+}
+
+// CheckRoutes cross-checks the settings against the loaded routes: a write
+// timeout at or below a route's ack deadline would cut off answers the broker
+// is still waiting for.
+func (s Settings) CheckRoutes(routes []*gate.Route) error {
+	var errs []error
+	for _, r := range routes {
+		if r.AckDeadline >= s.WriteTimeout {
+			errs = append(errs, fmt.Errorf("%s_WRITE_TIMEOUT: %s does not exceed route %q's ack_deadline (%s)", EnvPrefix, s.WriteTimeout, r.Name, r.AckDeadline))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RedisOptions builds the go-redis options for a standalone server (from
+// RedisURL), Sentinel (RedisAddrs + RedisMasterName) or Cluster (several
+// RedisAddrs, or RedisCluster).
+func (s Settings) RedisOptions() (*redis.UniversalOptions, error) {
+	o, err := redis.ParseURL(s.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s_REDIS_URL: %v", EnvPrefix, redactErr(err, s.RedisURL))
+	}
+	u := &redis.UniversalOptions{
+		Addrs:                 []string{o.Addr},
+		ClientName:            o.ClientName,
+		DB:                    o.DB,
+		Protocol:              o.Protocol,
+		Username:              o.Username,
+		Password:              o.Password,
+		MaxRetries:            o.MaxRetries,
+		MinRetryBackoff:       o.MinRetryBackoff,
+		MaxRetryBackoff:       o.MaxRetryBackoff,
+		DialTimeout:           o.DialTimeout,
+		ReadTimeout:           o.ReadTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		PoolFIFO:              o.PoolFIFO,
+		PoolSize:              o.PoolSize,
+		PoolTimeout:           o.PoolTimeout,
+		MinIdleConns:          o.MinIdleConns,
+		MaxIdleConns:          o.MaxIdleConns,
+		MaxActiveConns:        o.MaxActiveConns,
+		ConnMaxIdleTime:       o.ConnMaxIdleTime,
+		ConnMaxLifetime:       o.ConnMaxLifetime,
+		TLSConfig:             o.TLSConfig,
+	}
+	if len(s.RedisAddrs) > 0 {
+		u.Addrs = append([]string(nil), s.RedisAddrs...)
+		u.MasterName = s.RedisMasterName
+		u.SentinelPassword = s.RedisSentinelPassword
+		u.IsClusterMode = s.RedisCluster
+		cluster := s.RedisMasterName == "" && (len(s.RedisAddrs) > 1 || s.RedisCluster)
+		if cluster && u.DB != 0 {
+			return nil, fmt.Errorf("%s_REDIS_URL: database %d selected, but Redis Cluster only has database 0", EnvPrefix, u.DB)
+		}
+	}
+	return u, nil
+}
+
+// LogValue keeps secrets out of logs: passwords in URLs and the admin token
+// are redacted.
+func (s Settings) LogValue() slog.Value {
+	token := ""
+	if s.AdminToken != "" {
+		token = "[redacted]"
+	}
+	return slog.GroupValue(
+		slog.String("database_url", redactURL(s.DatabaseURL)),
+		slog.String("redis_url", redactURL(s.RedisURL)),
+		slog.Any("redis_addrs", s.RedisAddrs),
+		slog.String("redis_master_name", s.RedisMasterName),
+		slog.Bool("redis_cluster", s.RedisCluster),
+		slog.String("routes_file", s.RoutesFile),
+		slog.String("listen_addr", s.ListenAddr),
+		slog.String("admin_addr", s.AdminAddr),
+		slog.String("admin_token", token),
+		slog.Int64("max_body_bytes", s.MaxBodyBytes),
+		slog.Duration("read_header_timeout", s.ReadHeaderTimeout),
+		slog.Duration("read_timeout", s.ReadTimeout),
+		slog.Duration("write_timeout", s.WriteTimeout),
+		slog.Duration("idle_timeout", s.IdleTimeout),
+		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
+		slog.String("log_level", s.LogLevel.String()),
+		slog.String("instance_id", s.InstanceID),
+	)
+}
+
+// Usage writes a table of every GATEWAY_* variable, its type, default and
+// meaning, for `gateway help` or a startup error.
+func Usage(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 1, 0, 3, ' ', 0)
+	if err := envconfig.Usagef(EnvPrefix, &Settings{}, tw, envconfig.DefaultTableFormat); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// settingVar is one variable as envconfig's field walk describes it.
+type settingVar struct {
+	key   string
+	def   string
+	field reflect.Value
+}
+
+// settingVars asks envconfig for its view of s (it exposes the walk only to
+// usage templates), so names and defaults cannot drift from Usage.
+func settingVars(s *Settings) ([]settingVar, error) {
+	var vars []settingVar
+	var collectErr error
+	collect := func(info any) string {
+		v := reflect.ValueOf(info)
+		key, _ := v.FieldByName("Key").Interface().(string)
+		tags, _ := v.FieldByName("Tags").Interface().(reflect.StructTag)
+		field, ok := v.FieldByName("Field").Interface().(reflect.Value)
+		if key == "" || !ok || !field.CanSet() {
+			collectErr = fmt.Errorf("config: envconfig described field %v unexpectedly", v.FieldByName("Name"))
+			return ""
+		}
+		vars = append(vars, settingVar{key: key, def: tags.Get("default"), field: field})
+		return ""
+	}
+	tmpl, err := template.New("vars").Funcs(template.FuncMap{"collect": collect}).Parse(`{{range .}}{{collect .}}{{end}}`)
+	if err != nil {
+		return nil, err
+	}
+	if err := envconfig.Usaget(EnvPrefix, s, io.Discard, tmpl); err != nil {
+		return nil, err
+	}
+	return vars, collectErr
+}
+
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// setField converts raw the way envconfig does for the kinds Settings uses.
+func setField(f reflect.Value, raw string) error {
+	if f.CanAddr() && f.Addr().Type().Implements(textUnmarshalerType) {
+		return f.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(raw))
+	}
+	if f.Type() == durationType {
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
+		}
+		f.SetInt(int64(d))
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(raw)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", raw)
+		}
+		f.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", raw)
+		}
+		f.SetInt(n)
+	case reflect.Slice:
+		if f.Type().Elem().Kind() != reflect.String {
+			return fmt.Errorf("config: unsupported list type %s", f.Type())
+		}
+		var items []string
+		for item := range strings.SplitSeq(raw, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("config: unsupported setting type %s", f.Type())
+	}
+	return nil
+}
+
+func checkDatabaseURL(raw string) error {
+	if raw == "" {
+		return errors.New("required")
+	}
+	if !strings.Contains(raw, "://") {
+		// key=value form ("host=... dbname=..."); pgx parses it at connect.
+		if !strings.Contains(raw, "=") {
+			return errors.New("must be a postgres:// URL or a key=value DSN")
+		}
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return fmt.Errorf("scheme %q: must be postgres or postgresql", u.Scheme)
+	}
+	return nil
+}
+
+// checkHostPort accepts host:port with a numeric port; the host may be empty
+// (all interfaces) unless needHost.
+func checkHostPort(addr string, needHost bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port")
+	}
+	if needHost && host == "" {
+		return errors.New("host is missing")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return errors.New("port must be a number from 0 to 65535")
+	}
+	return nil
+}
+
+func sameListener(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	// An empty host binds every interface, so it collides with any host.
+	return ha == hb || ha == "" || hb == ""
+}
+
+// redactURL hides the password of a URL; anything unparsable is hidden whole.
+func redactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	if !strings.Contains(raw, "://") {
+		if strings.Contains(raw, "password") {
+			return "[redacted]"
+		}
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[redacted]"
+	}
+	return u.Redacted()
+}
+
+// redactErr keeps a URL's password out of an error message.
+func redactErr(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	if p, ok := u.User.Password(); ok && p != "" {
+		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	}
+	return err
+}

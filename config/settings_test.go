@@ -1,0 +1,336 @@
+package config_test
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/gate"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestSettingsDefaults(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	want := config.Settings{
+		DatabaseURL:       "postgres://ackgate:ackgate@127.0.0.1:5432/ackgate?sslmode=disable",
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		ListenAddr:        ":8080",
+		AdminAddr:         ":8081",
+		MaxBodyBytes:      1 << 20,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ShutdownTimeout:   25 * time.Second,
+		LogLevel:          slog.LevelInfo,
+		InstanceID:        host,
+	}
+	if host == "" {
+		want.InstanceID = s.InstanceID
+	}
+	if s.InstanceID == "" {
+		t.Error("InstanceID is empty")
+	}
+	if !equalSettings(s, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", s, want)
+	}
+	// Defaults are enough for migrate, not for serve.
+	err = s.ValidateServe()
+	for _, w := range []string{"GATEWAY_ROUTES_FILE: required", "GATEWAY_ADMIN_TOKEN: required for serve"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("ValidateServe() = %v, want %q", err, w)
+		}
+	}
+}
+
+func equalSettings(a, b config.Settings) bool {
+	return a.DatabaseURL == b.DatabaseURL && a.RedisURL == b.RedisURL && strings.Join(a.RedisAddrs, ",") == strings.Join(b.RedisAddrs, ",") &&
+		a.RedisMasterName == b.RedisMasterName && a.RedisSentinelPassword == b.RedisSentinelPassword && a.RedisCluster == b.RedisCluster &&
+		a.RoutesFile == b.RoutesFile && a.ListenAddr == b.ListenAddr && a.AdminAddr == b.AdminAddr && a.AdminToken == b.AdminToken &&
+		a.MaxBodyBytes == b.MaxBodyBytes && a.ReadHeaderTimeout == b.ReadHeaderTimeout && a.ReadTimeout == b.ReadTimeout &&
+		a.WriteTimeout == b.WriteTimeout && a.IdleTimeout == b.IdleTimeout && a.ShutdownTimeout == b.ShutdownTimeout &&
+		a.LogLevel == b.LogLevel && a.InstanceID == b.InstanceID
+}
+
+func TestSettingsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(map[string]string{
+		"GATEWAY_DATABASE_URL":            "postgresql://u:p@db:5432/x",
+		"GATEWAY_REDIS_URL":               "redis://:pw@ignored:6379/0",
+		"GATEWAY_REDIS_ADDRS":             "s1:26379, s2:26379,,",
+		"GATEWAY_REDIS_MASTER_NAME":       "mymaster",
+		"GATEWAY_REDIS_SENTINEL_PASSWORD": "spw",
+		"GATEWAY_ROUTES_FILE":             "/etc/ackgate/routes.yaml",
+		"GATEWAY_LISTEN_ADDR":             "0.0.0.0:9000",
+		"GATEWAY_ADMIN_ADDR":              "127.0.0.1:9001",
+		"GATEWAY_ADMIN_TOKEN":             "0123456789abcdef",
+		"GATEWAY_MAX_BODY_BYTES":          "2097152",
+		"GATEWAY_READ_HEADER_TIMEOUT":     "2s",
+		"GATEWAY_READ_TIMEOUT":            "10s",
+		"GATEWAY_WRITE_TIMEOUT":           "700s",
+		"GATEWAY_IDLE_TIMEOUT":            "1m",
+		"GATEWAY_SHUTDOWN_TIMEOUT":        "40s",
+		"GATEWAY_LOG_LEVEL":               "debug",
+		"GATEWAY_INSTANCE_ID":             "gw-1",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Settings{
+		DatabaseURL:           "postgresql://u:p@db:5432/x",
+		RedisURL:              "redis://:pw@ignored:6379/0",
+		RedisAddrs:            []string{"s1:26379", "s2:26379"},
+		RedisMasterName:       "mymaster",
+		RedisSentinelPassword: "spw",
+		RoutesFile:            "/etc/ackgate/routes.yaml",
+		ListenAddr:            "0.0.0.0:9000",
+		AdminAddr:             "127.0.0.1:9001",
+		AdminToken:            "0123456789abcdef",
+		MaxBodyBytes:          2 << 20,
+		ReadHeaderTimeout:     2 * time.Second,
+		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          700 * time.Second,
+		IdleTimeout:           time.Minute,
+		ShutdownTimeout:       40 * time.Second,
+		LogLevel:              slog.LevelDebug,
+		InstanceID:            "gw-1",
+	}
+	if !equalSettings(s, want) {
+		t.Errorf("settings:\n got %+v\nwant %+v", s, want)
+	}
+	if err := s.ValidateServe(); err != nil {
+		t.Errorf("ValidateServe: %v", err)
+	}
+}
+
+// TestSettingsFromProcessEnvironment covers main's path: a nil getenv reads
+// the process environment.
+func TestSettingsFromProcessEnvironment(t *testing.T) {
+	t.Setenv("GATEWAY_LISTEN_ADDR", ":18080")
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "from-the-process-env")
+	s, err := config.LoadSettings(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ListenAddr != ":18080" || s.AdminToken != "from-the-process-env" || s.AdminAddr != ":8081" {
+		t.Errorf("got %+v", s)
+	}
+}
+
+func TestInvalidSettings(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"unparsable values", map[string]string{
+			"GATEWAY_READ_TIMEOUT":   "30",
+			"GATEWAY_MAX_BODY_BYTES": "1MB",
+			"GATEWAY_LOG_LEVEL":      "loud",
+			"GATEWAY_REDIS_CLUSTER":  "maybe",
+		}, []string{
+			`GATEWAY_READ_TIMEOUT: "30" is not a duration`,
+			`GATEWAY_MAX_BODY_BYTES: "1MB" is not an integer`,
+			`GATEWAY_LOG_LEVEL: `,
+			`GATEWAY_REDIS_CLUSTER: "maybe" is not true or false`,
+		}},
+		{"out of range", map[string]string{
+			"GATEWAY_WRITE_TIMEOUT":       "-1s",
+			"GATEWAY_SHUTDOWN_TIMEOUT":    "0s",
+			"GATEWAY_MAX_BODY_BYTES":      "0",
+			"GATEWAY_READ_HEADER_TIMEOUT": "1m",
+		}, []string{
+			"GATEWAY_WRITE_TIMEOUT: must be positive",
+			"GATEWAY_SHUTDOWN_TIMEOUT: must be positive",
+			"GATEWAY_MAX_BODY_BYTES: must be between 1 and",
+			"GATEWAY_READ_HEADER_TIMEOUT: 1m0s is longer than GATEWAY_READ_TIMEOUT",
+		}},
+		{"bad urls and addresses", map[string]string{
+			"GATEWAY_DATABASE_URL": "mysql://u:p@h/db",
+			"GATEWAY_REDIS_URL":    "http://h:1",
+			"GATEWAY_LISTEN_ADDR":  "8080",
+			"GATEWAY_ADMIN_ADDR":   "h:port",
+			"GATEWAY_REDIS_ADDRS":  "a:1,b",
+		}, []string{
+			`GATEWAY_DATABASE_URL: scheme "mysql"`,
+			"GATEWAY_REDIS_URL: ",
+			`GATEWAY_LISTEN_ADDR: "8080": must be host:port`,
+			`GATEWAY_ADMIN_ADDR: "h:port": port must be a number`,
+			`GATEWAY_REDIS_ADDRS: "b": must be host:port`,
+		}},
+		{"sentinel without addresses", map[string]string{"GATEWAY_REDIS_MASTER_NAME": "m"},
+			[]string{"GATEWAY_REDIS_MASTER_NAME: needs GATEWAY_REDIS_ADDRS"}},
+		{"cluster with a database", map[string]string{
+			"GATEWAY_REDIS_URL":   "redis://h:6379/3",
+			"GATEWAY_REDIS_ADDRS": "a:7000,b:7000",
+		}, []string{"GATEWAY_REDIS_URL: database 3 selected, but Redis Cluster only has database 0"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.LoadSettings(env(tc.env))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error:\n%v\nmissing %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestRedisURLPasswordNotInErrors(t *testing.T) {
+	t.Parallel()
+	_, err := config.LoadSettings(env(map[string]string{"GATEWAY_REDIS_URL": "redis://:s3cret-pw@h:6379/notanumber"}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if strings.Contains(err.Error(), "s3cret-pw") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+}
+
+func TestValidateServe(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"GATEWAY_ROUTES_FILE": "routes.yaml", "GATEWAY_ADMIN_TOKEN": "0123456789abcdef"}
+	cases := []struct {
+		name string
+		set  map[string]string
+		want string
+	}{
+		{"short token", map[string]string{"GATEWAY_ADMIN_TOKEN": "short"}, "GATEWAY_ADMIN_TOKEN: must be at least 16 characters"},
+		{"padded token", map[string]string{"GATEWAY_ADMIN_TOKEN": " 0123456789abcdef"}, "GATEWAY_ADMIN_TOKEN: has leading or trailing white space"},
+		{"same listener", map[string]string{"GATEWAY_ADMIN_ADDR": ":8080"}, "GATEWAY_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR"},
+		{"overlapping listener", map[string]string{"GATEWAY_ADMIN_ADDR": "127.0.0.1:8080"}, "GATEWAY_ADMIN_ADDR: must differ"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := map[string]string{}
+			for k, v := range base {
+				m[k] = v
+			}
+			for k, v := range tc.set {
+				m[k] = v
+			}
+			s, err := config.LoadSettings(env(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ValidateServe(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ValidateServe() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRedisOptions(t *testing.T) {
+	t.Parallel()
+	load := func(m map[string]string) config.Settings {
+		t.Helper()
+		s, err := config.LoadSettings(env(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	o, err := load(nil).RedisOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Addrs) != 1 || o.Addrs[0] != "127.0.0.1:6379" || o.DB != 0 || o.MasterName != "" || o.IsClusterMode {
+		t.Errorf("standalone: %+v", o)
+	}
+
+	o, err = load(map[string]string{
+		"GATEWAY_REDIS_URL":               "rediss://user:pw@ignored:6379/2",
+		"GATEWAY_REDIS_ADDRS":             "s1:26379,s2:26379",
+		"GATEWAY_REDIS_MASTER_NAME":       "mymaster",
+		"GATEWAY_REDIS_SENTINEL_PASSWORD": "spw",
+	}).RedisOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MasterName != "mymaster" || len(o.Addrs) != 2 || o.Username != "user" || o.Password != "pw" ||
+		o.SentinelPassword != "spw" || o.DB != 2 || o.TLSConfig == nil {
+		t.Errorf("sentinel: %+v", o)
+	}
+
+	o, err = load(map[string]string{"GATEWAY_REDIS_ADDRS": "c1:7000", "GATEWAY_REDIS_CLUSTER": "true"}).RedisOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.IsClusterMode || len(o.Addrs) != 1 || o.Addrs[0] != "c1:7000" {
+		t.Errorf("cluster: %+v", o)
+	}
+}
+
+func TestSettingsLogValueRedactsSecrets(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(map[string]string{
+		"GATEWAY_DATABASE_URL": "postgres://ackgate:db-secret@db/ackgate",
+		"GATEWAY_REDIS_URL":    "redis://:redis-secret@r:6379/0",
+		"GATEWAY_ADMIN_TOKEN":  "admin-secret-0123456789",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("settings", "settings", s)
+	out := buf.String()
+	for _, secret := range []string{"db-secret", "redis-secret", "admin-secret"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log output contains %q: %s", secret, out)
+		}
+	}
+	if !strings.Contains(out, `"listen_addr":":8080"`) {
+		t.Errorf("log output lacks the settings: %s", out)
+	}
+}
+
+func TestUsageListsEveryVariable(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	if err := config.Usage(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{
+		"GATEWAY_DATABASE_URL", "GATEWAY_REDIS_URL", "GATEWAY_REDIS_ADDRS", "GATEWAY_REDIS_MASTER_NAME",
+		"GATEWAY_ROUTES_FILE", "GATEWAY_LISTEN_ADDR", "GATEWAY_ADMIN_ADDR", "GATEWAY_ADMIN_TOKEN",
+		"GATEWAY_MAX_BODY_BYTES", "GATEWAY_WRITE_TIMEOUT", "GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL",
+		"GATEWAY_INSTANCE_ID",
+	} {
+		if !strings.Contains(buf.String(), v) {
+			t.Errorf("usage lacks %s:\n%s", v, buf.String())
+		}
+	}
+}
+
+func TestCheckRoutesAgainstWriteTimeout(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := []*gate.Route{{Name: "fast", AckDeadline: 10 * time.Second}, {Name: "slow", AckDeadline: 600 * time.Second}}
+	err = s.CheckRoutes(routes)
+	if err == nil || !strings.Contains(err.Error(), `route "slow"`) || strings.Contains(err.Error(), `"fast"`) {
+		t.Errorf("CheckRoutes = %v, want an error about route slow only", err)
+	}
+}
