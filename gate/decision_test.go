@@ -186,3 +186,22 @@ func TestStatementNeverClaimsMoreThanTheRecord(t *testing.T) {
 		t.Fatalf("conflict statement: %s", conf)
 	}
 }
+
+func TestScopeKeyIsUnambiguous(t *testing.T) {
+	t.Parallel()
+	a := testRoute(ShapeIdempotent)
+	a.Key = KeySource{Kind: KeyAttribute, Name: "a"}
+	b := testRoute(ShapeIdempotent)
+	b.Key = KeySource{Kind: KeyAttribute, Name: "a/b"}
+	ia, err := Identify(a, &Message{Attributes: map[string]string{"a": "b/c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := Identify(b, &Message{Attributes: map[string]string{"a/b": "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ia.ScopeKey == ib.ScopeKey || ia.OperationID == ib.OperationID {
+		t.Fatalf("different key sources collide: %q", ia.ScopeKey)
+	}
+}

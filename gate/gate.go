@@ -101,6 +101,10 @@ func (g *Gate) Deliver(ctx context.Context, route *Route, msg *Message) (*Result
 			TraceID: traceID(ctx),
 		},
 	}
+	// Nothing we do after the broker stops waiting can become an ack, so the
+	// whole delivery, ledger writes included, is bounded by its deadline.
+	ctx, cancel := context.WithDeadline(ctx, d.deadline)
+	defer cancel()
 	op, err := g.Ledger.Find(ctx, id.ScopeKey)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -129,6 +133,11 @@ func (g *Gate) answer(d *delivery, op *Operation, dec Decision, reason, anomaly 
 	res := &Result{Decision: dec, Reason: bound(reason), OperationID: d.id.OperationID}
 	if op != nil {
 		res.State = op.State
+	}
+	if op == nil {
+		// Turned away before the operation exists (another owner is creating
+		// it): there is no record to attach the delivery to yet.
+		return res
 	}
 	rec := *d.rec
 	rec.Decision, rec.Reason, rec.Anomaly = dec, res.Reason, anomaly

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,9 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
-	scope := strings.Join([]string{r.Tenant, r.Name, string(r.Key.Kind) + ":" + r.Key.Name, key}, "/")
+	// Each part is escaped so that no "/" inside a pointer or key can make two
+	// different (source, key) pairs spell the same scope.
+	scope := strings.Join([]string{r.Tenant, r.Name, string(r.Key.Kind) + ":" + url.PathEscape(r.Key.Name), url.PathEscape(key)}, "/")
 	return Identity{
 		Key:            key,
 		ScopeKey:       scope,
