@@ -1,0 +1,286 @@
+package handlers
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/storage"
+)
+
+// EvidenceStore is the ledger's read side as the admin API needs it.
+type EvidenceStore interface {
+	Get(ctx context.Context, id string) (*storage.Record, error)
+	List(ctx context.Context, f storage.ListFilter) ([]gate.Operation, string, error)
+}
+
+// AdminOptions wires the admin listener.
+type AdminOptions struct {
+	// Token is the bearer token every admin request must carry.
+	Token    string
+	Evidence EvidenceStore
+	Routes   []*gate.Route
+	Logger   *slog.Logger
+}
+
+// NewAdmin returns the admin listener's handler: evidence records and route
+// contracts, behind a bearer token, on a listener brokers never reach.
+func NewAdmin(o AdminOptions) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	r := chi.NewRouter()
+	addAdminRoutes(r, &o)
+	return r
+}
+
+// requireToken compares in constant time so the token cannot be guessed a
+// byte at a time from response timing.
+func requireToken(token string) func(http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := []byte(r.Header.Get("Authorization"))
+			if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ackgate-admin"`)
+				writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+type problem struct {
+	Error string `json:"error"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, problem{Error: msg})
+}
+
+// EvidenceRecord is what "what happened to message X?" gets back: the
+// minimized evidence fields, the raw ledger rows behind them, and the
+// completion statement.
+type EvidenceRecord struct {
+	Operation   gate.Operation    `json:"operation"`
+	Evidence    EvidenceFields    `json:"evidence"`
+	Statement   string            `json:"completion_statement"`
+	Deliveries  []gate.Delivery   `json:"deliveries"`
+	Attempts    []gate.Attempt    `json:"attempts"`
+	Transitions []storage.Event   `json:"transitions"`
+	DeadLetters []gate.DeadLetter `json:"dead_letters"`
+	Contract    *gate.Route       `json:"contract,omitempty"`
+	Links       map[string]string `json:"links,omitempty"`
+}
+
+// EvidenceFields names each field of the minimized evidence record once, so an
+// operator does not have to know the ledger's tables to read it.
+type EvidenceFields struct {
+	DeliveryID           string         `json:"delivery_id"`
+	ReceiveCount         int            `json:"receive_count"`
+	OperationScope       string         `json:"operation_scope"`
+	SemanticFingerprint  string         `json:"semantic_fingerprint"`
+	MessageSchemaVersion int            `json:"message_schema_version"`
+	LeaseStart           *time.Time     `json:"lease_start,omitempty"`
+	LeaseDeadline        *time.Time     `json:"lease_deadline,omitempty"`
+	LeaseExtensions      int            `json:"lease_extensions"`
+	OwnerToken           string         `json:"owner_token"`
+	FencingVersion       int64          `json:"fencing_version"`
+	TransitionTimes      []TransitionAt `json:"reservation_transition_times"`
+	PendingHandoffID     *string        `json:"pending_handoff_or_outbox_id"`
+	EffectAttemptID      string         `json:"effect_attempt_id,omitempty"`
+	IdempotencyKey       string         `json:"idempotency_key"`
+	ResultID             string         `json:"provider_result_id,omitempty"`
+	EffectStatus         gate.State     `json:"effect_status"`
+	EvidenceTime         *time.Time     `json:"evidence_time,omitempty"`
+	AckConfirmedTime     *time.Time     `json:"acknowledgment_confirmed_time,omitempty"`
+	NegativeOrDeadLetter string         `json:"negative_ack_or_dead_letter_reason,omitempty"`
+	IndeterminateLane    string         `json:"indeterminate_lane,omitempty"`
+	ManualIntervention   *string        `json:"manual_intervention"`
+	RetentionExpiry      time.Time      `json:"retention_expiry"`
+	TraceID              string         `json:"trace_id,omitempty"`
+	ContractVersion      string         `json:"contract_version"`
+}
+
+// TransitionAt is one step of the lifecycle with its time and fence.
+type TransitionAt struct {
+	To    gate.State `json:"to"`
+	At    time.Time  `json:"at"`
+	Fence int64      `json:"fence"`
+}
+
+func buildRecord(rec *storage.Record, routes []*gate.Route) EvidenceRecord {
+	op := rec.Operation
+	ev := EvidenceFields{
+		ReceiveCount: op.DeliveryCount, OperationScope: op.ScopeKey,
+		SemanticFingerprint: op.Fingerprint, MessageSchemaVersion: op.FingerprintVersion,
+		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions,
+		OwnerToken: op.Owner, FencingVersion: op.Fence, IdempotencyKey: op.IdempotencyKey,
+		ResultID: op.ResultID, EffectStatus: op.State, EvidenceTime: op.EvidenceAt,
+		AckConfirmedTime: op.AckedAt, IndeterminateLane: op.Lane, RetentionExpiry: op.RetainUntil,
+		TraceID: op.TraceID, ContractVersion: op.ContractVersion,
+	}
+	if n := len(rec.Deliveries); n > 0 {
+		ev.DeliveryID = rec.Deliveries[0].MessageID
+	}
+	if op.LastAttempt != nil {
+		ev.EffectAttemptID = op.ID + "/" + strconv.Itoa(op.LastAttempt.N)
+	}
+	if op.State == gate.StateTerminalFailure || op.State == gate.StateConflicting || op.State == gate.StatePendingEffect || op.State == gate.StateEffectIndeterminate {
+		ev.NegativeOrDeadLetter = op.Reason
+	}
+	for _, dl := range rec.DeadLetters {
+		ev.NegativeOrDeadLetter = "dead-lettered by the gateway: " + dl.Reason
+	}
+	for _, e := range rec.Events {
+		ev.TransitionTimes = append(ev.TransitionTimes, TransitionAt{To: e.To, At: e.At, Fence: e.Fence})
+	}
+	out := EvidenceRecord{
+		Operation: op, Evidence: ev, Statement: gate.Statement(&op),
+		Deliveries: nonNil(rec.Deliveries), Attempts: nonNil(rec.Attempts),
+		Transitions: nonNil(rec.Events), DeadLetters: nonNil(rec.DeadLetters),
+	}
+	if op.ConflictOf != "" {
+		out.Links = map[string]string{"conflict_of": "/v1/operations/" + op.ConflictOf}
+	}
+	for _, r := range routes {
+		if r.Name == op.Route {
+			out.Contract = contractView(r)
+		}
+	}
+	return out
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func handleGetOperation(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "id")
+		if id == "" || len(id) > 64 {
+			writeProblem(w, http.StatusBadRequest, "operation id must be 1 to 64 characters")
+			return
+		}
+		rec, err := o.Evidence.Get(r.Context(), id)
+		if errors.Is(err, gate.ErrNotFound) {
+			writeProblem(w, http.StatusNotFound, "no operation "+strconv.Quote(id))
+			return
+		}
+		if err != nil {
+			o.Logger.ErrorContext(r.Context(), "reading evidence failed", "operation_id", id, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+			return
+		}
+		writeJSON(w, http.StatusOK, buildRecord(rec, o.Routes))
+	}
+}
+
+// OperationList is one page of operations.
+type OperationList struct {
+	Operations []gate.Operation `json:"operations"`
+	NextCursor string           `json:"next_cursor,omitempty"`
+}
+
+const maxListLimit = 500
+
+func handleListOperations(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		f := storage.ListFilter{
+			Route: q.Get("route"), State: q.Get("state"), MessageID: q.Get("message_id"),
+			Key: q.Get("key"), Cursor: q.Get("cursor"),
+		}
+		if f.State != "" && !gate.State(f.State).Valid() {
+			writeProblem(w, http.StatusBadRequest, "state must be one of: "+joinStates())
+			return
+		}
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxListLimit {
+				writeProblem(w, http.StatusBadRequest, "limit must be an integer from 1 to 500")
+				return
+			}
+			f.Limit = n
+		}
+		for _, v := range []string{f.Route, f.MessageID, f.Key, f.Cursor} {
+			if len(v) > 1024 {
+				writeProblem(w, http.StatusBadRequest, "query parameter longer than 1024 characters")
+				return
+			}
+		}
+		ops, next, err := o.Evidence.List(r.Context(), f)
+		if errors.Is(err, storage.ErrInvalidFilter) {
+			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
+			return
+		}
+		if err != nil {
+			o.Logger.ErrorContext(r.Context(), "listing operations failed", "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+			return
+		}
+		writeJSON(w, http.StatusOK, OperationList{Operations: nonNil(ops), NextCursor: next})
+	}
+}
+
+func joinStates() string {
+	s := make([]string, len(gate.States))
+	for i, st := range gate.States {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
+}
+
+// RouteList lists every route's effective contract.
+type RouteList struct {
+	Routes []*gate.Route `json:"routes"`
+}
+
+func handleListRoutes(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		out := make([]*gate.Route, len(o.Routes))
+		for i, r := range o.Routes {
+			out[i] = contractView(r)
+		}
+		writeJSON(w, http.StatusOK, RouteList{Routes: out})
+	}
+}
+
+// contractView is a route as the admin API shows it: every contract field,
+// but effect header values hidden, since they often carry credentials for the
+// downstream.
+func contractView(r *gate.Route) *gate.Route {
+	c := *r
+	if len(r.Effect.Headers) > 0 {
+		c.Effect.Headers = make(map[string]string, len(r.Effect.Headers))
+		for k := range r.Effect.Headers {
+			c.Effect.Headers[k] = "(redacted)"
+		}
+	}
+	return &c
+}
+
+func handleGetRoute(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := chi.URLParam(r, "name")
+		for _, rt := range o.Routes {
+			if rt.Name == name {
+				writeJSON(w, http.StatusOK, contractView(rt))
+				return
+			}
+		}
+		writeProblem(w, http.StatusNotFound, "no route "+strconv.Quote(truncate(name, 64)))
+	}
+}

@@ -1,0 +1,158 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/downstream"
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/storage"
+)
+
+// The budget of a delivery, counted by the servers themselves: Postgres's
+// pg_stat_database.xact_commit for the gateway's database, and Redis
+// top-level commands seen by MONITOR. A new operation may cost one read plus
+// two commits and one Redis round trip before its ack; a redelivery of a
+// confirmed operation one read and nothing else.
+func TestRoundTripBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testenv.DatabaseURL(t)
+	if err := storage.Migrate(ctx, dbURL); err != nil {
+		t.Fatal(err)
+	}
+	dbName := databaseName(t, dbURL)
+	// Observe from another database, so the observer's own queries are not counted.
+	obs, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { obs.Close(ctx) })
+
+	redisAddr := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { rdb.Close() })
+	redisCommands := testenv.CountRedisCommands(t, redisAddr)
+
+	down := newEffectServer(t, true)
+	routes, err := config.ParseRoutes([]byte(strings.ReplaceAll("routes:\n"+routeYAML("orders", "idempotent", "broker", ""), "{{DOWN}}", down.URL())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := routes[0]
+	effects := downstream.New(downstream.Options{})
+	t.Cleanup(effects.CloseIdleConnections)
+	g := &gate.Gate{Reservations: storage.NewReservations(rdb), Effects: effects, Owner: "budget", Now: time.Now,
+		NewToken: func() string { return "t" }}
+
+	// Each phase gets a fresh one-connection pool that is closed afterwards:
+	// a backend flushes its statistics when it exits, so the count is exact
+	// once it has left pg_stat_activity. Exec mode sends each query as one
+	// extended-protocol exchange, without separate prepare transactions, and
+	// pings are off so the pool adds nothing of its own.
+	var pool *pgxpool.Pool
+	open := func() {
+		cfg, err := pgxpool.ParseConfig(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 1
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		g.Ledger = storage.NewLedger(pool)
+	}
+	xacts := func() int64 {
+		pool.Close()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var backends int
+			if err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&backends); err != nil {
+				t.Fatal(err)
+			}
+			if backends == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d backends still on %s", backends, dbName)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var n int64
+		if err := obs.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, dbName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// phase runs f on a fresh pool and returns the transactions and Redis
+	// commands it cost, less what merely connecting costs.
+	var connectCost int64
+	phase := func(f func()) (int64, int) {
+		base := xacts()
+		r0 := redisCommands()
+		open()
+		f()
+		r1 := redisCommands()
+		return xacts() - base - connectCost, r1 - r0
+	}
+	open()
+	connectCost, _ = phase(func() {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+	})
+
+	deliver := func(id string) *gate.Result {
+		res, err := g.Deliver(ctx, route, &gate.Message{Broker: gate.BrokerPubSub, Source: "s", MessageID: id, Data: []byte("x")})
+		if err != nil || res.Decision != gate.Ack {
+			t.Fatalf("deliver %s: %+v %v", id, res, err)
+		}
+		return res
+	}
+	// Warm up: load the reservation script into Redis.
+	phase(func() { deliver("warm").Finish(ctx, nil) })
+
+	var res *gate.Result
+	newTx, newRedis := phase(func() { res = deliver("m-new") })
+	postTx, postRedis := phase(func() { res.Finish(ctx, nil) })
+	againTx, againRedis := phase(func() { res = deliver("m-new") })
+
+	t.Logf("new operation before its ack: %d Postgres transactions (1 read + commits), %d Redis commands", newTx, newRedis)
+	t.Logf("after the ack (ack recorded, lease released): %d Postgres transactions, %d Redis commands", postTx, postRedis)
+	t.Logf("redelivery of a confirmed operation before its ack: %d Postgres transactions, %d Redis commands", againTx, againRedis)
+	if newTx != 3 || newRedis != 1 {
+		t.Errorf("new operation cost %d transactions and %d Redis commands; budget: 1 read + 2 commits, 1 Redis round trip", newTx, newRedis)
+	}
+	if againTx != 1 || againRedis != 0 {
+		t.Errorf("redelivery cost %d transactions and %d Redis commands; budget: 1 read, nothing else", againTx, againRedis)
+	}
+	if down.effectCalls.Load() != 2 {
+		t.Errorf("downstream calls = %d, want 2 (warm-up and m-new)", down.effectCalls.Load())
+	}
+}
+
+func databaseName(t *testing.T, dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" {
+		t.Fatal(fmt.Sprintf("no database name in %s", u.Redacted()))
+	}
+	return name
+}

@@ -1,0 +1,449 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/storage"
+)
+
+// A 2xx from the downstream becomes 204 only once effect_confirmed is
+// committed, and the evidence record shows how it got there.
+func TestConfirmedEffectAcksAfterCommittedEvidence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+	m := msg{ID: "m-1", Data: `{"order":1}`}
+	r := e.push("orders", m)
+	wantStatus(t, r, http.StatusNoContent)
+
+	// Read right after the 204: the evidence must already be there.
+	id := e.opID("orders", m)
+	rec := e.record(id)
+	if !rec.Operation.State.Confirmed() || rec.Operation.ResultID != "res-1" || rec.Operation.EvidenceAt == nil {
+		t.Fatalf("after 204 the ledger shows state %s result %q", rec.Operation.State, rec.Operation.ResultID)
+	}
+	rec = e.waitState(id, gate.StateAcknowledged)
+	want := []gate.State{gate.StateReceived, gate.StateReserved, gate.StatePendingEffect,
+		gate.StateEffectConfirmed, gate.StateAckPending, gate.StateAcknowledged}
+	if got := states(rec); !slices.Equal(got, want) {
+		t.Fatalf("transitions = %v, want %v", got, want)
+	}
+	for _, ev := range rec.Events {
+		if ev.At.IsZero() || ev.Fence != rec.Operation.Fence {
+			t.Fatalf("transition %+v lacks its time or fence (operation fence %d)", ev, rec.Operation.Fence)
+		}
+	}
+	if len(rec.Attempts) != 1 || rec.Attempts[0].IdempotencyKey == "" || rec.Attempts[0].IdempotencyKey != e.down.Keys()[0] {
+		t.Fatalf("attempts = %+v, downstream saw keys %v", rec.Attempts, e.down.Keys())
+	}
+
+	// The admin API serves the same evidence with its completion statement.
+	var ev handlers.EvidenceRecord
+	if code := e.adminGet("/v1/operations/"+id, &ev); code != http.StatusOK {
+		t.Fatalf("admin status %d", code)
+	}
+	if ev.Evidence.ResultID != "res-1" || ev.Evidence.IdempotencyKey != rec.Operation.IdempotencyKey ||
+		ev.Evidence.FencingVersion < 1 || len(ev.Evidence.TransitionTimes) != 6 ||
+		!strings.Contains(ev.Statement, `"res-1"`) || ev.Contract == nil {
+		t.Fatalf("evidence record incomplete: %+v", ev)
+	}
+}
+
+// Redelivery of confirmed work: 204, no second effect; after the ack went
+// out, the redelivery is recorded as an anomaly.
+func TestRedeliverAfterSuccessfulAcknowledgment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, routeYAML("orders", "unsafe", "broker", ""))
+	m := msg{ID: "m-1", Data: "x"}
+	wantStatus(t, e.push("orders", m), http.StatusNoContent)
+	id := e.opID("orders", m)
+	e.waitState(id, gate.StateAcknowledged)
+	wantStatus(t, e.push("orders", m), http.StatusNoContent)
+	if n := e.down.effectCalls.Load(); n != 1 {
+		t.Fatalf("downstream called %d times, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec := e.record(id)
+		if len(rec.Deliveries) == 2 {
+			if rec.Deliveries[1].Anomaly != "redelivered_after_ack" || rec.Deliveries[1].Decision != gate.Ack {
+				t.Fatalf("second delivery = %+v", rec.Deliveries[1])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redelivery never recorded: %+v", rec.Deliveries)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Identical deliveries that overlap: exactly one reaches the downstream; the
+// others are nacked with 503 while the first owner holds the lease.
+func TestConcurrentIdenticalDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, routeYAML("orders", "unsafe", "broker", ""))
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	e.down.set(func(w http.ResponseWriter, r *http.Request, apply func() string) {
+		entered <- struct{}{}
+		<-release
+		answer(w, apply())
+	})
+	const n = 8
+	m := msg{ID: "m-burst", Data: "x"}
+	start := make(chan struct{})
+	results := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results <- e.push("orders", m).Status
+		}()
+	}
+	close(start)
+	// n-1 contenders must be turned away while the winner is inside the
+	// downstream call; only then is the winner let go.
+	<-entered
+	got := map[int]int{}
+	for range n - 1 {
+		got[<-results]++
+	}
+	close(release)
+	wg.Wait()
+	got[<-results]++
+	if got[http.StatusServiceUnavailable] != n-1 || got[http.StatusNoContent] != 1 {
+		t.Fatalf("statuses = %v, want %d x 503 and 1 x 204", got, n-1)
+	}
+	if calls := e.down.effectCalls.Load(); calls != 1 {
+		t.Fatalf("downstream called %d times, want exactly 1", calls)
+	}
+}
+
+// Deliver the same key with a changed payload: a conflicting record of its
+// own, no downstream call, no success ack, the original untouched.
+func TestSameKeyChangedPayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", "")+routeYAML("ledgered", "idempotent", "gateway", ""))
+	for _, route := range []string{"orders", "ledgered"} {
+		t.Run(route, func(t *testing.T) {
+			orig := msg{ID: "m-key", Data: `{"amount":10}`}
+			wantStatus(t, e.push(route, orig), http.StatusNoContent)
+			origID := e.opID(route, orig)
+			before := e.waitState(origID, gate.StateAcknowledged)
+			calls := e.down.effectCalls.Load()
+
+			changed := msg{ID: "m-key", Data: `{"amount":99}`}
+			r := e.push(route, changed)
+			if route == "orders" {
+				wantStatus(t, r, http.StatusServiceUnavailable) // broker's dead-letter policy takes it
+			} else {
+				wantStatus(t, r, http.StatusNoContent) // dead-lettered by the gateway, then acked
+			}
+			if e.down.effectCalls.Load() != calls {
+				t.Fatal("a conflicting payload reached the downstream")
+			}
+			after := e.record(origID)
+			if after.Operation.UpdatedAt != before.Operation.UpdatedAt || after.Operation.DeliveryCount != before.Operation.DeliveryCount ||
+				after.Operation.Fingerprint != before.Operation.Fingerprint || after.Operation.State != gate.StateAcknowledged {
+				t.Fatalf("original changed: before %+v after %+v", before.Operation, after.Operation)
+			}
+			var list handlers.OperationList
+			e.adminGet("/v1/operations?state=conflicting&route="+route, &list)
+			if len(list.Operations) != 1 {
+				t.Fatalf("conflicting records = %+v", list.Operations)
+			}
+			cf := e.record(list.Operations[0].ID)
+			if cf.Operation.ConflictOf != origID || cf.Operation.ResultID != "" || cf.Operation.State != gate.StateConflicting || len(cf.Attempts) != 0 {
+				t.Fatalf("conflict record = %+v", cf.Operation)
+			}
+			if route == "ledgered" && len(cf.DeadLetters) != 1 {
+				t.Fatalf("gateway policy: dead letters = %+v", cf.DeadLetters)
+			}
+			// A second copy of the conflicting payload finds the same record.
+			e.push(route, changed)
+			e.adminGet("/v1/operations?state=conflicting&route="+route, &list)
+			if len(list.Operations) != 1 {
+				t.Fatalf("conflicting records after redelivery = %d", len(list.Operations))
+			}
+		})
+	}
+}
+
+// Downstream 5xx: 503 and a recorded attempt; the next delivery tries again;
+// past the limit, terminal_failure with its reason, per dead-letter policy.
+// Replaying the terminal item afterwards causes no fresh effect.
+func TestDownstreamFailureRetriesThenTerminal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true,
+		routeYAML("nackdl", "idempotent", "broker", "    max_attempts: 2\n")+
+			routeYAML("gwdl", "idempotent", "gateway", "    max_attempts: 2\n"))
+	e.down.set(status(http.StatusServiceUnavailable))
+	for _, tc := range []struct {
+		route    string
+		terminal int
+	}{{"nackdl", http.StatusServiceUnavailable}, {"gwdl", http.StatusNoContent}} {
+		m := msg{ID: "m-fail-" + tc.route, Data: "x"}
+		id := e.opID(tc.route, m)
+		before := e.down.effectCalls.Load()
+		wantStatus(t, e.push(tc.route, m), http.StatusServiceUnavailable)
+		rec := e.record(id)
+		if rec.Operation.State != gate.StatePendingEffect || len(rec.Attempts) != 1 ||
+			rec.Attempts[0].Outcome != gate.OutcomeRetryable || rec.Attempts[0].StatusCode != 503 {
+			t.Fatalf("%s after first failure: %+v attempts %+v", tc.route, rec.Operation, rec.Attempts)
+		}
+		// Second failure reaches the limit of 2.
+		wantStatus(t, e.push(tc.route, m), tc.terminal)
+		rec = e.record(id)
+		if rec.Operation.State != gate.StateTerminalFailure || !strings.Contains(rec.Operation.Reason, "503") {
+			t.Fatalf("%s after limit: state %s reason %q", tc.route, rec.Operation.State, rec.Operation.Reason)
+		}
+		if got := e.down.effectCalls.Load() - before; got != 2 {
+			t.Fatalf("%s: %d downstream calls, want 2", tc.route, got)
+		}
+		if tc.route == "gwdl" && len(rec.DeadLetters) != 1 {
+			t.Fatalf("gateway policy without a dead letter: %+v", rec.DeadLetters)
+		}
+		if tc.route == "nackdl" && len(rec.DeadLetters) != 0 {
+			t.Fatalf("broker policy wrote a dead letter: %+v", rec.DeadLetters)
+		}
+		// Replay a terminally failed item: same answer, no fresh effect.
+		wantStatus(t, e.push(tc.route, m), tc.terminal)
+		if got := e.down.effectCalls.Load() - before; got != 2 {
+			t.Fatalf("%s: replay of a terminal item reached the downstream", tc.route)
+		}
+	}
+}
+
+// Lose the provider response after the external effect commits.
+func TestLostResponseAfterEffect(t *testing.T) {
+	t.Parallel()
+	t.Run("idempotent retries with the same key inside the window", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+		e.down.set(dropAfterApply)
+		m := msg{ID: "m-lost", Data: "x"}
+		wantStatus(t, e.push("orders", m), http.StatusServiceUnavailable)
+		id := e.opID("orders", m)
+		if rec := e.record(id); rec.Operation.State != gate.StatePendingEffect || rec.Attempts[0].Outcome != gate.OutcomeUnknown {
+			t.Fatalf("after lost response: %+v %+v", rec.Operation, rec.Attempts)
+		}
+		e.down.set(nil)
+		wantStatus(t, e.push("orders", m), http.StatusNoContent)
+		keys := e.down.Keys()
+		if len(keys) != 2 || keys[0] != keys[1] {
+			t.Fatalf("retry used keys %v, want the same key twice", keys)
+		}
+		if e.down.Applied() != 1 {
+			t.Fatalf("effect applied %d times", e.down.Applied())
+		}
+	})
+	t.Run("idempotent outside the window becomes indeterminate", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+		e.down.set(dropAfterApply)
+		m := msg{ID: "m-late", Data: "x"}
+		wantStatus(t, e.push("orders", m), http.StatusServiceUnavailable)
+		e.down.set(nil)
+		e.clock.Advance(2 * time.Hour) // the provider has forgotten the key
+		wantStatus(t, e.push("orders", m), http.StatusServiceUnavailable)
+		rec := e.record(e.opID("orders", m))
+		if rec.Operation.State != gate.StateEffectIndeterminate || !strings.Contains(rec.Operation.Reason, "dedupe window") {
+			t.Fatalf("state %s reason %q", rec.Operation.State, rec.Operation.Reason)
+		}
+		if n := e.down.effectCalls.Load(); n != 1 {
+			t.Fatalf("downstream called %d times after the window closed", n)
+		}
+	})
+	t.Run("lookup settles by lookup", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, routeYAML("pay", "lookup", "broker", ""))
+		e.down.set(dropAfterApply)
+		m := msg{ID: "m-look", Data: "x"}
+		wantStatus(t, e.push("pay", m), http.StatusNoContent)
+		rec := e.record(e.opID("pay", m))
+		if !rec.Operation.State.Confirmed() || rec.Operation.ResultID != "res-1" || e.down.lookupCalls.Load() != 1 {
+			t.Fatalf("state %s result %q lookups %d", rec.Operation.State, rec.Operation.ResultID, e.down.lookupCalls.Load())
+		}
+		if n := e.down.effectCalls.Load(); n != 1 {
+			t.Fatalf("downstream effect called %d times", n)
+		}
+	})
+	t.Run("lookup unavailable becomes indeterminate", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, routeYAML("pay", "lookup", "broker", ""))
+		e.down.set(dropAfterApply)
+		e.down.lookupDown = true
+		m := msg{ID: "m-look-down", Data: "x"}
+		wantStatus(t, e.push("pay", m), http.StatusServiceUnavailable)
+		if rec := e.record(e.opID("pay", m)); rec.Operation.State != gate.StateEffectIndeterminate {
+			t.Fatalf("state %s", rec.Operation.State)
+		}
+	})
+	t.Run("unsafe becomes indeterminate and never calls again", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, routeYAML("mail", "unsafe", "gateway", ""))
+		e.down.set(dropAfterApply)
+		m := msg{ID: "m-unsafe", Data: "x"}
+		wantStatus(t, e.push("mail", m), http.StatusServiceUnavailable)
+		e.down.set(nil)
+		for range 3 {
+			wantStatus(t, e.push("mail", m), http.StatusServiceUnavailable)
+		}
+		rec := e.record(e.opID("mail", m))
+		if rec.Operation.State != gate.StateEffectIndeterminate || rec.Operation.Lane != "operator" {
+			t.Fatalf("state %s lane %q", rec.Operation.State, rec.Operation.Lane)
+		}
+		if n := e.down.effectCalls.Load(); n != 1 {
+			t.Fatalf("unsafe downstream called %d times", n)
+		}
+		var list handlers.OperationList
+		e.adminGet("/v1/operations?state=effect_indeterminate", &list)
+		if len(list.Operations) != 1 || list.Operations[0].ID != rec.Operation.ID {
+			t.Fatalf("indeterminate lane = %+v", list.Operations)
+		}
+	})
+}
+
+// Expire the lease while the first worker is still running, and flush Redis:
+// the new owner is admitted, the stale owner cannot commit.
+func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+	entered := make(chan struct{}, 2)
+	releaseFirst := make(chan struct{})
+	var first sync.Once
+	e.down.set(func(w http.ResponseWriter, r *http.Request, apply func() string) {
+		isFirst := false
+		first.Do(func() { isFirst = true })
+		entered <- struct{}{}
+		if isFirst {
+			<-releaseFirst
+		}
+		answer(w, apply())
+	})
+	m := msg{ID: "m-stale", Data: "x"}
+	staleDone := make(chan reply, 1)
+	go func() { staleDone <- e.push("orders", m) }()
+	<-entered // the first owner is inside the downstream call, holding fence 1
+
+	// Redis loses everything: the lease and the fencing counter.
+	if err := e.rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The redelivery takes over. Its token must beat the ledger's, even though
+	// Redis restarted its counter from zero.
+	wantStatus(t, e.push("orders", m), http.StatusNoContent)
+	<-entered
+	id := e.opID("orders", m)
+	winner := e.record(id)
+
+	close(releaseFirst)
+	stale := <-staleDone
+	wantStatus(t, stale, http.StatusServiceUnavailable)
+	if !strings.Contains(stale.Body.Reason, "fenced") {
+		t.Fatalf("stale owner's answer: %+v", stale.Body)
+	}
+	after := e.record(id)
+	if after.Operation.Fence != winner.Operation.Fence || after.Operation.Fence < 2 || len(after.Events) < len(winner.Events) {
+		t.Fatalf("stale owner changed the ledger: fence %d -> %d", winner.Operation.Fence, after.Operation.Fence)
+	}
+	for _, ev := range after.Events[len(winner.Events):] {
+		if ev.Fence < winner.Operation.Fence {
+			t.Fatalf("a write with stale fence %d landed after fence %d: %+v", ev.Fence, winner.Operation.Fence, ev)
+		}
+	}
+	if fences := e.down.Fences(); len(fences) != 2 || fences[0] == fences[1] {
+		t.Fatalf("downstream saw fences %v, want two different", fences)
+	}
+}
+
+// Malformed envelopes, unknown routes and oversized bodies get a bounded 4xx
+// and leave nothing in the ledger.
+func TestSendMalformedOrUnsupportedMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+	big := strings.Repeat("a", 70<<10)
+	cases := []struct {
+		name   string
+		route  string
+		body   string
+		status int
+	}{
+		{"not json", "orders", "{nope", 400},
+		{"empty", "orders", "", 400},
+		{"no message", "orders", `{"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"no message id", "orders", `{"message":{"data":"eA=="},"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"bad base64", "orders", `{"message":{"data":"***","messageId":"1"},"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"no data or attributes", "orders", `{"message":{"messageId":"1"},"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"no subscription", "orders", `{"message":{"data":"eA==","messageId":"1"}}`, 400},
+		{"wrong types", "orders", `{"message":{"data":5,"messageId":"1"},"subscription":"s"}`, 400},
+		{"trailing data", "orders", `{"message":{"data":"eA==","messageId":"1"},"subscription":"s"} {}`, 400},
+		{"oversized", "orders", `{"message":{"data":"` + big + `","messageId":"1"},"subscription":"s"}`, 413},
+		{"unknown route", "nope", string(envelope(msg{ID: "1", Data: "x"})), 404},
+	}
+	for _, tc := range cases {
+		r := e.pushRaw(tc.route, []byte(tc.body))
+		if r.Status != tc.status {
+			t.Errorf("%s: status %d (%s), want %d", tc.name, r.Status, r.Raw, tc.status)
+			continue
+		}
+		if r.Body.Reason == "" || len(r.Body.Reason) > 300 || r.Body.Decision == gate.Ack {
+			t.Errorf("%s: answer %+v", tc.name, r.Body)
+		}
+	}
+	ops, _, err := e.ledger.List(context.Background(), storage.ListFilter{})
+	if err != nil || len(ops) != 0 {
+		t.Fatalf("bad input reached the ledger: %v %+v", err, ops)
+	}
+	if e.down.effectCalls.Load() != 0 {
+		t.Fatal("bad input reached the downstream")
+	}
+}
+
+func TestAdminAPIRequiresTokenAndValidatesQueries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
+	resp, err := http.Get(e.admin.URL + "/v1/routes/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+	var rt gate.Route
+	if code := e.adminGet("/v1/routes/orders", &rt); code != 200 || rt.Shape != gate.ShapeIdempotent || rt.ContractVersion == "" || rt.DedupeWindow != time.Hour {
+		t.Fatalf("route contract: %d %+v", code, rt)
+	}
+	for path, want := range map[string]int{
+		"/v1/operations?state=done":          400,
+		"/v1/operations?limit=0":             400,
+		"/v1/operations?limit=x":             400,
+		"/v1/operations/op_missing":          404,
+		"/v1/routes/missing":                 404,
+		"/v1/operations?cursor=not-a-cursor": 400,
+	} {
+		if code := e.adminGet(path, nil); code != want {
+			t.Errorf("%s: %d, want %d", path, code, want)
+		}
+	}
+	// The admin API is not reachable on the ingest listener.
+	resp, err = http.Get(e.ingest.URL + "/v1/routes/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("admin path on ingest listener: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,384 @@
+package handlers_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/downstream"
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/storage"
+)
+
+// clock is the gate's injected clock; tests move it to cross a dedupe window
+// without waiting.
+type clock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off += d
+}
+
+// effectServer is a real downstream over HTTP whose behaviour each test
+// programs. It keeps what a provider would: the effects it applied, by key.
+type effectServer struct {
+	t   testing.TB
+	srv *httptest.Server
+
+	mu sync.Mutex
+	// dedupe makes it honour Idempotency-Key like a well-behaved provider;
+	// without it every call applies a new effect (an unsafe downstream).
+	dedupe  bool
+	effects map[string]string // idempotency key -> result id
+	applied int               // effects actually applied
+	keys    []string          // Idempotency-Key of every effect call, in order
+	fences  []string
+	// next decides what the next effect calls do; nil means apply and answer 201.
+	behave      func(w http.ResponseWriter, r *http.Request, apply func() string)
+	lookupDown  bool
+	lookupCalls atomic.Int64
+	effectCalls atomic.Int64
+}
+
+func newEffectServer(t testing.TB, dedupe bool) *effectServer {
+	e := &effectServer{t: t, dedupe: dedupe, effects: map[string]string{}}
+	r := chi.NewRouter()
+	r.Post("/effects", e.handleEffect)
+	r.Get("/effects/{key}", e.handleLookup)
+	e.srv = httptest.NewServer(r)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *effectServer) URL() string { return e.srv.URL }
+
+func (e *effectServer) handleEffect(w http.ResponseWriter, r *http.Request) {
+	e.effectCalls.Add(1)
+	_, _ = io.Copy(io.Discard, r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	e.mu.Lock()
+	e.keys = append(e.keys, key)
+	e.fences = append(e.fences, r.Header.Get("X-Ackgate-Fence"))
+	behave := e.behave
+	e.mu.Unlock()
+	apply := func() string {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if id, ok := e.effects[key]; ok && e.dedupe {
+			return id
+		}
+		e.applied++
+		id := fmt.Sprintf("res-%d", e.applied)
+		e.effects[key] = id
+		return id
+	}
+	if behave != nil {
+		behave(w, r, apply)
+		return
+	}
+	answer(w, apply())
+}
+
+func answer(w http.ResponseWriter, id string) {
+	w.Header().Set("X-Result-Id", id)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%q}`, id)
+}
+
+// dropAfterApply applies the effect and then cuts the connection without an
+// answer: the response is lost after the effect happened.
+func dropAfterApply(w http.ResponseWriter, _ *http.Request, apply func() string) {
+	apply()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("no hijacker")
+	}
+	conn, _, err := hj.Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+func status(code int) func(http.ResponseWriter, *http.Request, func() string) {
+	return func(w http.ResponseWriter, _ *http.Request, _ func() string) {
+		w.WriteHeader(code)
+	}
+}
+
+func (e *effectServer) handleLookup(w http.ResponseWriter, r *http.Request) {
+	e.lookupCalls.Add(1)
+	e.mu.Lock()
+	down := e.lookupDown
+	id, ok := e.effects[chi.URLParam(r, "key")]
+	e.mu.Unlock()
+	switch {
+	case down:
+		w.WriteHeader(http.StatusServiceUnavailable)
+	case ok:
+		w.Header().Set("X-Result-Id", id)
+		w.WriteHeader(http.StatusOK)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func (e *effectServer) set(f func(http.ResponseWriter, *http.Request, func() string)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.behave = f
+}
+
+func (e *effectServer) Applied() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.applied
+}
+
+func (e *effectServer) Fences() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.fences...)
+}
+
+func (e *effectServer) Keys() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.keys...)
+}
+
+// env is one gateway wired to a fresh Postgres database, a private Redis and
+// a real downstream server.
+type env struct {
+	t      *testing.T
+	dbURL  string
+	pool   *pgxpool.Pool
+	ledger *storage.Ledger
+	rdb    *redis.Client
+	down   *effectServer
+	gate   *gate.Gate
+	clock  *clock
+	routes map[string]*gate.Route
+	ingest *httptest.Server
+	admin  *httptest.Server
+}
+
+const adminToken = "test-admin-token-0123456789"
+
+// routeYAML renders one route through the real config loader, so tests run
+// with the same defaults and validation as the gateway. extra holds more
+// route-level lines (four-space indent).
+func routeYAML(name, shape, deadLetter, extra string) string {
+	if shape == "idempotent" {
+		extra += "    dedupe_window: 1h\n"
+	}
+	s := fmt.Sprintf(`
+  - name: %s
+    broker: pubsub
+    auth: none
+    shape: %s
+    dead_letter: %s
+%s    effect:
+      url: {{DOWN}}/effects
+      result_id_header: X-Result-Id
+`, name, shape, deadLetter, extra)
+	if shape == "lookup" {
+		s += "      lookup_url: {{DOWN}}/effects/{key}\n"
+	}
+	return s
+}
+
+func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, clock: &clock{}}
+	e.down = newEffectServer(t, dedupe)
+	e.dbURL = testenv.DatabaseURL(t)
+	if err := storage.Migrate(ctx, e.dbURL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool, err := storage.OpenPool(ctx, e.dbURL)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	e.pool = pool
+	e.ledger = storage.NewLedger(pool)
+	e.rdb = redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	t.Cleanup(func() { e.rdb.Close() })
+
+	yaml := strings.ReplaceAll("routes:\n"+routesYAML, "{{DOWN}}", e.down.URL())
+	routes, err := config.ParseRoutes([]byte(yaml))
+	if err != nil {
+		t.Fatalf("routes: %v\n%s", err, yaml)
+	}
+	e.routes = map[string]*gate.Route{}
+	for _, r := range routes {
+		e.routes[r.Name] = r
+	}
+	effects := downstream.New(downstream.Options{})
+	t.Cleanup(effects.CloseIdleConnections)
+	var n atomic.Int64
+	e.gate = &gate.Gate{
+		Ledger: e.ledger, Reservations: storage.NewReservations(e.rdb), Effects: effects,
+		Owner: "test", Now: e.clock.Now,
+		NewToken: func() string { return fmt.Sprint(n.Add(1)) },
+	}
+	e.ingest = httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
+		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10,
+	}))
+	t.Cleanup(e.ingest.Close)
+	e.admin = httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
+		Token: adminToken, Evidence: e.ledger, Routes: routes,
+	}))
+	t.Cleanup(e.admin.Close)
+	return e
+}
+
+// msg is a Pub/Sub message as a test writes it.
+type msg struct {
+	ID    string
+	Data  string
+	Attrs map[string]string
+	Sub   string
+}
+
+func envelope(m msg) []byte {
+	sub := m.Sub
+	if sub == "" {
+		sub = "projects/p/subscriptions/s"
+	}
+	b, _ := json.Marshal(map[string]any{
+		"message": map[string]any{
+			"data": base64.StdEncoding.EncodeToString([]byte(m.Data)), "attributes": m.Attrs,
+			"messageId": m.ID, "publishTime": time.Now().UTC().Format(time.RFC3339Nano),
+		},
+		"subscription": sub,
+	})
+	return b
+}
+
+type reply struct {
+	Status int
+	Body   handlers.AnswerBody
+	Raw    string
+}
+
+func (e *env) pushRaw(route string, body []byte) reply {
+	e.t.Helper()
+	resp, err := http.Post(e.ingest.URL+"/v1/push/pubsub/"+route, "application/json", bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatalf("push: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{Status: resp.StatusCode, Raw: string(raw)}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.Body); err != nil {
+			e.t.Fatalf("answer is not JSON: %q", raw)
+		}
+	}
+	return r
+}
+
+func (e *env) push(route string, m msg) reply {
+	e.t.Helper()
+	return e.pushRaw(route, envelope(m))
+}
+
+// opID is the operation id the gateway derives for m on route.
+func (e *env) opID(route string, m msg) string {
+	e.t.Helper()
+	id, err := gate.Identify(e.routes[route], &gate.Message{MessageID: m.ID, Data: []byte(m.Data), Attributes: m.Attrs})
+	if err != nil {
+		e.t.Fatalf("identify: %v", err)
+	}
+	return id.OperationID
+}
+
+func (e *env) record(id string) *storage.Record {
+	e.t.Helper()
+	rec, err := e.ledger.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", id, err)
+	}
+	return rec
+}
+
+// waitState polls the ledger until the operation reaches want: post-ack
+// bookkeeping runs after the response, so tests wait for it instead of
+// assuming it already happened.
+func (e *env) waitState(id string, want gate.State) *storage.Record {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec := e.record(id)
+		if rec.Operation.State == want {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("operation %s stayed %s, want %s", id, rec.Operation.State, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) adminGet(path string, v any) int {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.admin.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("admin get: %v", err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(bufio.NewReader(resp.Body)).Decode(v); err != nil {
+			e.t.Fatalf("admin %s: decode: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func states(rec *storage.Record) []gate.State {
+	var out []gate.State
+	for _, ev := range rec.Events {
+		out = append(out, ev.To)
+	}
+	return out
+}
+
+func wantStatus(t *testing.T, r reply, want int) {
+	t.Helper()
+	if r.Status != want {
+		t.Fatalf("status = %d (%s), want %d", r.Status, r.Raw, want)
+	}
+}

@@ -1,0 +1,137 @@
+// Package handlers is the gateway's HTTP surface: broker envelopes in, status
+// codes out, plus the admin API. Handlers decode, authenticate, call the gate
+// and map its outcome to a status; the rules live in gate/.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// Deliverer is the gate as the ingest handlers see it.
+type Deliverer interface {
+	Deliver(ctx context.Context, route *gate.Route, msg *gate.Message) (*gate.Result, error)
+}
+
+// IngestOptions wires the ingest listener.
+type IngestOptions struct {
+	Gate   Deliverer
+	Routes map[string]*gate.Route
+	// MaxBodyBytes caps a push body; larger requests are refused before decoding.
+	MaxBodyBytes int64
+	// Ready reports whether the dependencies answer and the schema is current.
+	Ready  func(ctx context.Context) error
+	Logger *slog.Logger
+	// FinishTimeout bounds post-ack bookkeeping per delivery.
+	FinishTimeout time.Duration
+}
+
+// NewIngest returns the ingest listener's handler. The admin API is never
+// mounted here: brokers reach this listener, operators the other.
+func NewIngest(o IngestOptions) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.FinishTimeout == 0 {
+		o.FinishTimeout = 5 * time.Second
+	}
+	r := chi.NewRouter()
+	addIngestRoutes(r, &o)
+	return r
+}
+
+func handleHealthz() http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+func handleReadyz(o *IngestOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if o.Ready != nil {
+			if err := o.Ready(ctx); err != nil {
+				o.Logger.WarnContext(ctx, "not ready", "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": truncate(err.Error(), 200)})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := chi.URLParam(r, "route")
+		route, ok := o.Routes[name]
+		if !ok || route.Broker != gate.BrokerPubSub {
+			o.finish(w, r, nil, unknownRoute(gate.BrokerPubSub, name))
+			return
+		}
+		body, err := readBody(w, r, o.MaxBodyBytes)
+		if err != nil {
+			o.finish(w, r, route, fromRejection(err))
+			return
+		}
+		msg, err := decodePubSub(body)
+		if err != nil {
+			o.finish(w, r, route, fromRejection(err))
+			return
+		}
+		if len(route.Sources) > 0 && !slices.Contains(route.Sources, msg.Source) {
+			o.finish(w, r, route, fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "subscription is not allowed on this route"}))
+			return
+		}
+		res, err := o.Gate.Deliver(r.Context(), route, msg)
+		if err != nil {
+			o.Logger.ErrorContext(r.Context(), "delivery failed", "route", route.Name, "message_id", msg.MessageID, "err", err)
+		}
+		out := fromGate(res, err)
+		o.finish(w, r, route, out)
+		if res != nil {
+			// The response is out; what follows cannot change it.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), o.FinishTimeout)
+			defer cancel()
+			res.Finish(ctx, o.Logger)
+		}
+	}
+}
+
+// finish writes the answer and logs it without message content.
+func (o *IngestOptions) finish(w http.ResponseWriter, r *http.Request, route *gate.Route, out outcome) {
+	status := writeOutcome(w, out)
+	level := slog.LevelInfo
+	if out.decision != gate.Ack {
+		level = slog.LevelWarn
+	}
+	routeName := chi.URLParam(r, "route")
+	if route != nil {
+		routeName = route.Name
+	}
+	o.Logger.Log(r.Context(), level, "delivery answered", "route", truncate(routeName, 64), "status", status,
+		"decision", out.decision, "reason", out.reason, "operation_id", out.operationID, "state", out.state)
+}
+
+// readBody reads at most limit bytes; a larger body is refused with 413
+// before anything is decoded or recorded.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &Rejection{Status: http.StatusRequestEntityTooLarge, Reason: "body larger than the configured limit"}
+	case err != nil:
+		return nil, &Rejection{Status: http.StatusBadRequest, Reason: "body could not be read"}
+	}
+	return body, nil
+}

@@ -1,0 +1,114 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// pushEnvelope is Pub/Sub's wrapped push body. Both spellings of the id and
+// publish time are sent by Google; either may be the only one present.
+type pushEnvelope struct {
+	Message *struct {
+		Data         *string           `json:"data"`
+		Attributes   map[string]string `json:"attributes"`
+		MessageID    string            `json:"messageId"`
+		MessageIDAlt string            `json:"message_id"`
+		PublishTime  string            `json:"publishTime"`
+		PublishAlt   string            `json:"publish_time"`
+		OrderingKey  string            `json:"orderingKey"`
+	} `json:"message"`
+	Subscription    string `json:"subscription"`
+	DeliveryAttempt *int   `json:"deliveryAttempt"`
+}
+
+// decodePubSub turns a wrapped push body into a broker-neutral message. Every
+// failure is a *Rejection with a bounded reason: a body we cannot read is
+// never recorded and never acked.
+func decodePubSub(body []byte) (*gate.Message, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var env pushEnvelope
+	if err := dec.Decode(&env); err != nil {
+		return nil, badRequest("body is not a Pub/Sub push envelope: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, badRequest("body has data after the envelope")
+	}
+	m := env.Message
+	if m == nil {
+		return nil, badRequest("envelope has no message")
+	}
+	if env.Subscription == "" {
+		return nil, badRequest("envelope has no subscription")
+	}
+	id := m.MessageID
+	if id == "" {
+		id = m.MessageIDAlt
+	} else if m.MessageIDAlt != "" && m.MessageIDAlt != id {
+		return nil, badRequest("messageId and message_id disagree")
+	}
+	if id == "" {
+		return nil, badRequest("message has no messageId")
+	}
+	var data []byte
+	if m.Data != nil {
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(*m.Data); err != nil {
+			return nil, badRequest("message.data is not base64")
+		}
+	}
+	if len(data) == 0 && len(m.Attributes) == 0 {
+		return nil, badRequest("message has neither data nor attributes")
+	}
+	msg := &gate.Message{
+		Broker: gate.BrokerPubSub, Source: env.Subscription, MessageID: id,
+		Data: data, Attributes: m.Attributes, OrderingKey: m.OrderingKey, Envelope: body,
+	}
+	if pt := firstNonEmpty(m.PublishTime, m.PublishAlt); pt != "" {
+		t, err := time.Parse(time.RFC3339Nano, pt)
+		if err != nil {
+			return nil, badRequest("message.publishTime is not an RFC 3339 time")
+		}
+		msg.PublishTime = t
+	}
+	if env.DeliveryAttempt != nil {
+		if *env.DeliveryAttempt < 0 {
+			return nil, badRequest("deliveryAttempt is negative")
+		}
+		msg.BrokerAttempt = *env.DeliveryAttempt
+	}
+	return msg, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// jsonProblem describes a decoding error without echoing the body back.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("invalid JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q has the wrong type", typ.Field)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "body is empty or truncated"
+	}
+	return "invalid JSON"
+}
+
+func badRequest(format string, args ...any) *Rejection {
+	return &Rejection{Status: http.StatusBadRequest, Reason: fmt.Sprintf(format, args...)}
+}

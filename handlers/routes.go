@@ -1,0 +1,20 @@
+package handlers
+
+import "github.com/go-chi/chi/v5"
+
+// The whole HTTP surface, one listener per function, so a reader (and the
+// openapi.yaml test) sees every path in one place.
+
+func addIngestRoutes(r chi.Router, o *IngestOptions) {
+	r.Get("/healthz", handleHealthz())
+	r.Get("/readyz", handleReadyz(o))
+	r.Post("/v1/push/pubsub/{route}", handlePubSubPush(o))
+}
+
+func addAdminRoutes(r chi.Router, o *AdminOptions) {
+	r.Use(requireToken(o.Token))
+	r.Get("/v1/operations", handleListOperations(o))
+	r.Get("/v1/operations/{id}", handleGetOperation(o))
+	r.Get("/v1/routes", handleListRoutes(o))
+	r.Get("/v1/routes/{name}", handleGetRoute(o))
+}

@@ -1,0 +1,129 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// Rejection is a deliberate refusal made before the gate runs: a body we cannot
+// read, a source the route does not allow, a request that is too large.
+type Rejection struct {
+	Status int
+	Reason string
+}
+
+func (r *Rejection) Error() string { return r.Reason }
+
+// retryAfterSeconds is advisory: Pub/Sub applies its own backoff and SNS its
+// retry policy, but a human with curl reads it too.
+const retryAfterSeconds = 5
+
+// outcome is everything that decides a response, whichever step produced it.
+type outcome struct {
+	decision    gate.Decision
+	status      int // set for rejections and unknown routes
+	reason      string
+	operationID string
+	state       gate.State
+}
+
+// ackStatus is 204 for both brokers: Pub/Sub acks 102/200/201/202/204 and
+// SNS treats any 2xx as delivered.
+const ackStatus = http.StatusNoContent
+
+// statusFor is the one table from a gate decision to an HTTP status. A nack is
+// always 5xx: Pub/Sub would redeliver a 4xx too, but SNS drops every status
+// below 500, and a nack must never lose a message.
+func statusFor(o outcome) int {
+	switch o.decision {
+	case gate.Ack:
+		return ackStatus
+	case gate.Reject:
+		if o.status != 0 {
+			return o.status
+		}
+		return http.StatusBadRequest
+	}
+	if o.status != 0 {
+		return o.status
+	}
+	return http.StatusServiceUnavailable
+}
+
+// unknownRoute answers a route name this gateway does not have. It is often a
+// config rollout still on its way, so it must come back: for Pub/Sub a 404 is
+// a nack, for SNS only a 5xx is.
+func unknownRoute(b gate.Broker, name string) outcome {
+	o := outcome{decision: gate.Nack, reason: "unknown route " + strconv.Quote(truncate(name, 64))}
+	if b == gate.BrokerPubSub {
+		o.status = http.StatusNotFound
+	} else {
+		o.status = http.StatusServiceUnavailable
+	}
+	return o
+}
+
+// fromGate sorts what the gate returned into an outcome.
+func fromGate(res *gate.Result, err error) outcome {
+	if err != nil || res == nil {
+		reason := "evidence store unavailable"
+		if res != nil && res.Reason != "" {
+			reason = res.Reason
+		}
+		return outcome{decision: gate.Nack, reason: reason}
+	}
+	return outcome{decision: res.Decision, reason: res.Reason, operationID: res.OperationID, state: res.State}
+}
+
+func fromRejection(err error) outcome {
+	var rej *Rejection
+	if errors.As(err, &rej) {
+		return outcome{decision: gate.Reject, status: rej.Status, reason: rej.Reason}
+	}
+	return outcome{decision: gate.Nack, reason: "internal error"}
+}
+
+// AnswerBody is the JSON body of every non-ack answer to a broker.
+type AnswerBody struct {
+	Decision    gate.Decision `json:"decision"`
+	Reason      string        `json:"reason,omitempty"`
+	OperationID string        `json:"operation_id,omitempty"`
+	State       gate.State    `json:"state,omitempty"`
+}
+
+// writeOutcome writes the broker's answer. An ack has no body. The response is
+// flushed so that work done after it (post-ack bookkeeping) cannot delay it.
+func writeOutcome(w http.ResponseWriter, o outcome) int {
+	status := statusFor(o)
+	if status == ackStatus {
+		w.WriteHeader(status)
+	} else {
+		if status >= 500 {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		}
+		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: truncate(o.reason, 300), OperationID: o.operationID, State: o.state})
+	}
+	_ = http.NewResponseController(w).Flush()
+	return status
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		slog.Debug("writing response failed", "err", err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
