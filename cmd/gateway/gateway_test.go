@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/internal/testenv"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// blockingDownstream applies effects keyed by Idempotency-Key and, while
+// hold is set, keeps each call waiting until released.
+type blockingDownstream struct {
+	srv     *httptest.Server
+	calls   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+	hold    atomic.Bool
+}
+
+func newDownstream(t *testing.T) *blockingDownstream {
+	d := &blockingDownstream{entered: make(chan struct{}, 16), release: make(chan struct{})}
+	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := d.calls.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		d.entered <- struct{}{}
+		if d.hold.Load() {
+			<-d.release
+		}
+		w.Header().Set("X-Result-Id", fmt.Sprintf("r-%d", n))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(d.srv.Close)
+	return d
+}
+
+func writeRoutes(t *testing.T, downURL string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "routes.yaml")
+	yaml := fmt.Sprintf(`routes:
+  - name: orders
+    broker: pubsub
+    auth: none
+    shape: unsafe
+    effect:
+      url: %s/effects
+      result_id_header: X-Result-Id
+`, downURL)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type gatewayEnv map[string]string
+
+func (g gatewayEnv) get(k string) string { return g[k] }
+
+func (g gatewayEnv) list() []string {
+	out := os.Environ()
+	for k, v := range g {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func newGatewayEnv(t *testing.T, dbURL, redisAddr, routes string) gatewayEnv {
+	return gatewayEnv{
+		"GATEWAY_DATABASE_URL": dbURL, "GATEWAY_REDIS_URL": "redis://" + redisAddr + "/0",
+		"GATEWAY_ROUTES_FILE": routes, "GATEWAY_LISTEN_ADDR": freeAddr(t), "GATEWAY_ADMIN_ADDR": freeAddr(t),
+		"GATEWAY_ADMIN_TOKEN": "test-token-0123456789", "GATEWAY_SHUTDOWN_TIMEOUT": "5s",
+	}
+}
+
+func waitReady(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway at %s never became ready (last: %v)", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pushTo(t *testing.T, addr, id string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{
+		"message":      map[string]any{"data": base64.StdEncoding.EncodeToString([]byte("hello")), "messageId": id},
+		"subscription": "projects/p/subscriptions/s",
+	})
+	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/orders", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Errorf("push: %v", err)
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The Quickstart path in-process: migrate, serve, become ready, ack a
+// delivery, shut down cleanly on cancel.
+func TestRunMigrateServeAndShutdown(t *testing.T) {
+	t.Parallel()
+	down := newDownstream(t)
+	env := newGatewayEnv(t, testenv.DatabaseURL(t), testenv.Redis(t), writeRoutes(t, down.srv.URL))
+	ctx := context.Background()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"migrate"}, env.get, &out, io.Discard); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() { done <- run(sctx, []string{"serve"}, env.get, io.Discard, &logs) }()
+	waitReady(t, env["GATEWAY_LISTEN_ADDR"])
+	if code := pushTo(t, env["GATEWAY_LISTEN_ADDR"], "m-1"); code != http.StatusNoContent {
+		t.Fatalf("push: %d", code)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	if !strings.Contains(logs.String(), `auth: none`) {
+		t.Fatalf("no warning for a route without authentication in the logs:\n%s", logs.String())
+	}
+}
+
+// Two gateway processes share Redis and Postgres; the same delivery reaches
+// both at once. Exactly one downstream effect; the other answer is 503.
+func TestTwoProcessesOneEffect(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "gateway")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	down := newDownstream(t)
+	down.hold.Store(true)
+	dbURL, redisAddr := testenv.DatabaseURL(t), testenv.Redis(t)
+	routes := writeRoutes(t, down.srv.URL)
+	var addrs []string
+	for i := range 2 {
+		env := newGatewayEnv(t, dbURL, redisAddr, routes)
+		env["GATEWAY_INSTANCE_ID"] = fmt.Sprintf("proc-%d", i)
+		if i == 0 {
+			mig := exec.Command(bin, "migrate")
+			mig.Env = env.list()
+			if out, err := mig.CombinedOutput(); err != nil {
+				t.Fatalf("migrate: %v\n%s", err, out)
+			}
+		}
+		cmd := exec.Command(bin, "serve")
+		cmd.Env = env.list()
+		var logs syncBuffer
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("process %d logs:\n%s", i, logs.String())
+			}
+		})
+		addrs = append(addrs, env["GATEWAY_LISTEN_ADDR"])
+	}
+	for _, a := range addrs {
+		waitReady(t, a)
+	}
+
+	start := make(chan struct{})
+	codes := make(chan int, 2)
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			codes <- pushTo(t, a, "m-twice")
+		}()
+	}
+	close(start)
+	<-down.entered // one process is inside the downstream call
+	first := <-codes
+	close(down.release)
+	wg.Wait()
+	second := <-codes
+	if first != http.StatusServiceUnavailable || second != http.StatusNoContent {
+		t.Fatalf("answers %d then %d, want 503 while the owner works, then 204", first, second)
+	}
+	if n := down.calls.Load(); n != 1 {
+		t.Fatalf("downstream effects = %d, want exactly 1", n)
+	}
+}
+
+func TestCheckConfigNamesRouteAndField(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "routes.yaml")
+	bad := "routes:\n  - name: orders\n    broker: pubsub\n    auth: none\n    shape: sometimes\n    effect:\n      url: http://127.0.0.1:1/x\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := gatewayEnv{"GATEWAY_ROUTES_FILE": path}
+	err := run(context.Background(), []string{"check-config"}, env.get, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `"orders"`) || !strings.Contains(err.Error(), "shape") {
+		t.Fatalf("check-config error = %v, want one naming route orders and field shape", err)
+	}
+	// serve refuses to start on the same file, before touching any service.
+	env["GATEWAY_ADMIN_TOKEN"] = "test-token-0123456789"
+	if err := run(context.Background(), []string{"serve"}, env.get, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "shape") {
+		t.Fatalf("serve with an invalid routes file: %v", err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, env.get, io.Discard, io.Discard); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
