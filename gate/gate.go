@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -31,16 +32,23 @@ type Result struct {
 	Reason      string
 	OperationID string
 	State       State
-	// finish is the work that follows the response: marking the ack sent,
-	// recording deliveries that changed nothing, releasing the lease. It is
-	// kept off the path to the ack so the ack costs only what evidence needs.
+	// finish is the work that follows the response: recording deliveries that
+	// changed nothing, releasing the lease. onSent runs only when the ack was
+	// written out: marking the operation acknowledged. Both are kept off the
+	// path to the ack so it costs only what evidence needs.
 	finish []func(ctx context.Context) error
+	onSent []func(ctx context.Context) error
 }
 
 // Finish runs the post-response work. Call it after the broker's response has
-// been written; failures are logged, never turned into a different answer.
-func (r *Result) Finish(ctx context.Context, log *slog.Logger) {
-	for _, f := range r.finish {
+// been written, with sent saying whether writing it succeeded; failures are
+// logged, never turned into a different answer.
+func (r *Result) Finish(ctx context.Context, log *slog.Logger, sent bool) {
+	run := r.finish
+	if sent {
+		run = append(slices.Clone(r.onSent), run...)
+	}
+	for _, f := range run {
 		if err := f(ctx); err != nil && log != nil {
 			log.WarnContext(ctx, "post-ack bookkeeping failed", "operation_id", r.OperationID, "err", err)
 		}
@@ -48,6 +56,9 @@ func (r *Result) Finish(ctx context.Context, log *slog.Logger) {
 }
 
 func (r *Result) then(f func(ctx context.Context) error) { r.finish = append(r.finish, f) }
+
+// whenSent registers work that may only follow an ack that reached the wire.
+func (r *Result) whenSent(f func(ctx context.Context) error) { r.onSent = append(r.onSent, f) }
 
 // InfraError marks a failure of the gateway's own dependencies (ledger,
 // reservation store). Its answer is always a nack: evidence we cannot read or
@@ -157,7 +168,7 @@ func (g *Gate) ackExisting(d *delivery, op *Operation, plan Plan) *Result {
 	}
 	res := g.answer(d, op, Ack, plan.Reason, anomaly)
 	if op.State == StateAckPending || op.State == StateEffectConfirmed {
-		res.then(func(ctx context.Context) error { return g.markAcknowledged(ctx, op.ID, op.State, op.Fence) })
+		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, op.ID, op.State, op.Fence) })
 	}
 	return res
 }
@@ -216,7 +227,7 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Pl
 		floor = op.Fence
 	}
 	owner := g.Owner + "/" + g.NewToken()
-	lease, err := g.Reservations.Acquire(ctx, d.id.OperationID, owner, d.route.AckDeadline, floor)
+	lease, err := g.Reservations.Acquire(ctx, d.id.OperationID, owner, leaseTTL(d.route), floor)
 	if errors.Is(err, ErrHeld) {
 		return g.answer(d, op, Nack, "another owner holds the lease", ""), nil
 	}
@@ -230,6 +241,16 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Pl
 	}
 	res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, o.lease) })
 	return res, err
+}
+
+// leaseTTL is short when the route renews: a live owner keeps renewing while
+// its call runs, and a crashed owner's lease lapses within two renewal
+// intervals, so a redelivery can take over long before the broker deadline.
+func leaseTTL(r *Route) time.Duration {
+	if r.Renewal.Interval > 0 {
+		return min(r.AckDeadline, 2*r.Renewal.Interval)
+	}
+	return r.AckDeadline
 }
 
 func traceID(ctx context.Context) string {

@@ -275,7 +275,7 @@ func (o *owned) terminalResult(reason string) *Result {
 func (o *owned) acked(reason string) *Result {
 	res := o.result(Ack, reason)
 	id, fence := o.op.ID, o.lease.Fence
-	res.then(func(ctx context.Context) error { return o.g.markAcknowledged(ctx, id, StateAckPending, fence) })
+	res.whenSent(func(ctx context.Context) error { return o.g.markAcknowledged(ctx, id, StateAckPending, fence) })
 	return res
 }
 
@@ -296,19 +296,20 @@ func (o *owned) callDeadline() time.Time {
 }
 
 // renew keeps the lease while the call runs: every Renewal.Interval, only
-// while this owner still holds it, and never past MaxExtension beyond the
-// first lease. It returns a stop function that waits for the renewer to end.
+// while this owner still holds it, and never past the broker deadline plus
+// MaxExtension, so stalled work cannot hide the operation forever. It returns
+// a stop function that waits for the renewer to end.
 func (o *owned) renew(ctx context.Context) (stop func()) {
-	rn := o.route().Renewal
-	if rn.Interval <= 0 || rn.MaxExtension <= 0 {
+	r := o.route()
+	if r.Renewal.Interval <= 0 {
 		return func() {}
 	}
-	limit := o.lease.Expires.Add(rn.MaxExtension)
+	limit := o.d.deadline.Add(r.Renewal.MaxExtension)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(rn.Interval)
+		t := time.NewTicker(r.Renewal.Interval)
 		defer t.Stop()
 		for {
 			select {
@@ -316,9 +317,9 @@ func (o *owned) renew(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			ttl := min(o.route().AckDeadline, limit.Sub(o.g.Now()))
-			if ttl <= 0 || !o.lease.Expires.Before(limit) {
-				return // cap reached: stalled work must not hide forever
+			ttl := min(leaseTTL(r), limit.Sub(o.g.Now()))
+			if ttl <= 0 {
+				return
 			}
 			l, err := o.g.Reservations.Renew(ctx, o.lease, ttl)
 			if errors.Is(err, ErrLeaseLost) {

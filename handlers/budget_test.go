@@ -124,11 +124,11 @@ func TestRoundTripBudget(t *testing.T) {
 		return res
 	}
 	// Warm up: load the reservation script into Redis.
-	phase(func() { deliver("warm").Finish(ctx, nil) })
+	phase(func() { deliver("warm").Finish(ctx, nil, true) })
 
 	var res *gate.Result
 	newTx, newRedis := phase(func() { res = deliver("m-new") })
-	postTx, postRedis := phase(func() { res.Finish(ctx, nil) })
+	postTx, postRedis := phase(func() { res.Finish(ctx, nil, true) })
 	againTx, againRedis := phase(func() { res = deliver("m-new") })
 
 	t.Logf("new operation before its ack: %d Postgres transactions (1 read + commits), %d Redis commands", newTx, newRedis)

@@ -96,20 +96,20 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 		if err != nil {
 			o.Logger.ErrorContext(r.Context(), "delivery failed", "route", route.Name, "message_id", msg.MessageID, "err", err)
 		}
-		out := fromGate(res, err)
-		o.finish(w, r, route, out)
+		sent := o.finish(w, r, route, fromGate(res, err))
 		if res != nil {
 			// The response is out; what follows cannot change it.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), o.FinishTimeout)
 			defer cancel()
-			res.Finish(ctx, o.Logger)
+			res.Finish(ctx, o.Logger, sent)
 		}
 	}
 }
 
-// finish writes the answer and logs it without message content.
-func (o *IngestOptions) finish(w http.ResponseWriter, r *http.Request, route *gate.Route, out outcome) {
-	status := writeOutcome(w, out)
+// finish writes the answer and logs it without message content. It reports
+// whether the answer reached the connection.
+func (o *IngestOptions) finish(w http.ResponseWriter, r *http.Request, route *gate.Route, out outcome) bool {
+	status, sent := writeOutcome(w, out)
 	level := slog.LevelInfo
 	if out.decision != gate.Ack {
 		level = slog.LevelWarn
@@ -119,7 +119,8 @@ func (o *IngestOptions) finish(w http.ResponseWriter, r *http.Request, route *ga
 		routeName = route.Name
 	}
 	o.Logger.Log(r.Context(), level, "delivery answered", "route", truncate(routeName, 64), "status", status,
-		"decision", out.decision, "reason", out.reason, "operation_id", out.operationID, "state", out.state)
+		"decision", out.decision, "reason", out.reason, "operation_id", out.operationID, "state", out.state, "sent", sent)
+	return sent
 }
 
 // readBody reads at most limit bytes; a larger body is refused with 413

@@ -97,9 +97,10 @@ type AnswerBody struct {
 }
 
 // writeOutcome writes the broker's answer. An ack has no body. The response is
-// flushed so that work done after it (post-ack bookkeeping) cannot delay it.
-func writeOutcome(w http.ResponseWriter, o outcome) int {
-	status := statusFor(o)
+// flushed so that work done after it (post-ack bookkeeping) cannot delay it;
+// sent reports whether it reached the connection.
+func writeOutcome(w http.ResponseWriter, o outcome) (status int, sent bool) {
+	status = statusFor(o)
 	if status == ackStatus {
 		w.WriteHeader(status)
 	} else {
@@ -108,8 +109,7 @@ func writeOutcome(w http.ResponseWriter, o outcome) int {
 		}
 		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: truncate(o.reason, 300), OperationID: o.operationID, State: o.state})
 	}
-	_ = http.NewResponseController(w).Flush()
-	return status
+	return status, http.NewResponseController(w).Flush() == nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
