@@ -52,7 +52,7 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 	}
 	if payments.Name != "payments" || payments.Shape != gate.ShapeLookup ||
 		payments.Effect.LookupURL != "http://127.0.0.1:9090/effects/{key}" ||
-		payments.AckDeadline != config.SNSAckDeadline || payments.Renewal.MaxExtension != 0 {
+		payments.Broker != gate.BrokerPubSub || payments.DeadLetter != gate.DeadLetterGateway {
 		t.Errorf("payments = %+v", payments)
 	}
 	for _, r := range routes {
