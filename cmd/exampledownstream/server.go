@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ackgate/ackgate/downstream"
+)
+
+// maxBody bounds what one effect request may carry.
+const maxBody = 1 << 20
+
+// maxDelay caps ?delay= so a typo cannot park a handler for hours.
+const maxDelay = time.Minute
+
+// effect is one applied effect. The body itself is not kept, only its digest:
+// that is all it takes to tell a repeat from a reused key.
+type effect struct {
+	ID         string    `json:"id"`
+	Key        string    `json:"key"`
+	BodySHA256 string    `json:"body_sha256"`
+	Operation  string    `json:"operation,omitempty"`
+	Fence      string    `json:"fence,omitempty"`
+	AppliedAt  time.Time `json:"applied_at"`
+	Repeats    int       `json:"repeats"`
+}
+
+type counts struct {
+	Effects   int `json:"effects"`
+	Repeats   int `json:"repeats"`
+	Conflicts int `json:"conflicts"`
+	Failed    int `json:"injected_failures"`
+	Dropped   int `json:"dropped_answers"`
+}
+
+type store struct {
+	mu      sync.Mutex
+	effects map[string]*effect
+	counts  counts
+}
+
+func newStore() *store { return &store{effects: map[string]*effect{}} }
+
+type applyResult int
+
+const (
+	applied applyResult = iota
+	repeated
+	conflict
+)
+
+// apply performs the pretend effect at most once per key. The check and the
+// insert happen under one lock, so concurrent requests with one key apply once.
+func (s *store) apply(key, sum, operation, fence string) (effect, applyResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.effects[key]; ok {
+		if e.BodySHA256 != sum {
+			s.counts.Conflicts++
+			return effect{}, conflict
+		}
+		e.Repeats++
+		s.counts.Repeats++
+		return *e, repeated
+	}
+	e := &effect{
+		ID:         "fx_" + strings.ToLower(crand.Text()),
+		Key:        key,
+		BodySHA256: sum,
+		Operation:  operation,
+		Fence:      fence,
+		AppliedAt:  time.Now().UTC(),
+	}
+	s.effects[key] = e
+	s.counts.Effects++
+	return *e, applied
+}
+
+func (s *store) get(key string) (effect, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.effects[key]
+	if !ok {
+		return effect{}, false
+	}
+	return *e, true
+}
+
+func (s *store) count(f func(*counts)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.counts)
+}
+
+func (s *store) snapshot() counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts
+}
+
+// newServer is the whole API surface.
+func newServer(st *store, f faults, logger *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /effects", handleApply(st, f))
+	mux.Handle("GET /effects/{key}", handleGet(st))
+	mux.Handle("GET /effects", handleCounts(st))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	return logRequests(logger, mux)
+}
+
+func handleApply(st *store, f faults) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(downstream.HeaderIdempotencyKey)
+		if key == "" {
+			writeError(w, r, http.StatusBadRequest, "an Idempotency-Key header is required")
+			return
+		}
+		note(r, "key", key)
+		if status, ok := failure(r, f); ok {
+			st.count(func(c *counts) { c.Failed++ })
+			writeError(w, r, status, "injected failure, nothing applied")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeError(w, r, http.StatusRequestEntityTooLarge, "body over 1 MiB")
+			return
+		}
+		sum := sha256.Sum256(body)
+		e, res := st.apply(key, hex.EncodeToString(sum[:]),
+			r.Header.Get(downstream.HeaderOperation), r.Header.Get(downstream.HeaderFence))
+		switch res {
+		case conflict:
+			writeError(w, r, http.StatusConflict, "Idempotency-Key reused with a different body")
+			return
+		case repeated:
+			note(r, "outcome", "repeat")
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeEffect(w, http.StatusOK, e)
+			return
+		}
+		note(r, "outcome", "applied")
+		if drop(r, f) {
+			st.count(func(c *counts) { c.Dropped++ })
+			note(r, "outcome", "applied, answer dropped")
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		if d := delay(r); d > 0 {
+			note(r, "delay", d.String())
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return // the caller gave up; the effect stays applied
+			}
+		}
+		writeEffect(w, http.StatusCreated, e)
+	})
+}
+
+func handleGet(st *store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.PathValue("key")
+		note(r, "key", key)
+		if status, ok := failure(r, faults{}); ok {
+			writeError(w, r, status, "injected failure")
+			return
+		}
+		e, ok := st.get(key)
+		if !ok {
+			writeError(w, r, http.StatusNotFound, "no effect with that key")
+			return
+		}
+		writeEffect(w, http.StatusOK, e)
+	})
+}
+
+func handleCounts(st *store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, st.snapshot())
+	})
+}
+
+// failure decides whether to inject a failure: ?fail=<status> always, or the
+// configured rate.
+func failure(r *http.Request, f faults) (int, bool) {
+	if q := r.URL.Query().Get("fail"); q != "" {
+		if n, err := parseStatus(q); err == nil {
+			return n, true
+		}
+	}
+	if f.failRate > 0 && rand.Float64() < f.failRate {
+		return f.failStatus, true
+	}
+	return 0, false
+}
+
+func drop(r *http.Request, f faults) bool {
+	if q := r.URL.Query().Get("drop"); q != "" {
+		b, err := strconv.ParseBool(q)
+		return err == nil && b
+	}
+	return f.dropRate > 0 && rand.Float64() < f.dropRate
+}
+
+func delay(r *http.Request) time.Duration {
+	d, err := time.ParseDuration(r.URL.Query().Get("delay"))
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return min(d, maxDelay)
+}
+
+func writeEffect(w http.ResponseWriter, status int, e effect) {
+	w.Header().Set("X-Result-Id", e.ID)
+	writeJSON(w, status, e)
+}
+
+func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	note(r, "outcome", msg)
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// logLine collects what a handler wants said about its request, so the
+// middleware writes one line per request with all of it.
+type logLine struct {
+	mu    sync.Mutex
+	attrs map[string]string
+}
+
+type logLineKey struct{}
+
+func note(r *http.Request, k, v string) {
+	if l, ok := r.Context().Value(logLineKey{}).(*logLine); ok {
+		l.mu.Lock()
+		l.attrs[k] = v
+		l.mu.Unlock()
+	}
+}
+
+func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		line := &logLine{attrs: map[string]string{}}
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), logLineKey{}, line)))
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", rec.status, "dur", time.Since(start).Round(time.Microsecond)}
+		line.mu.Lock()
+		for _, k := range []string{"key", "outcome", "delay"} {
+			if v, ok := line.attrs[k]; ok {
+				attrs = append(attrs, k, v)
+			}
+		}
+		line.mu.Unlock()
+		logger.Info("request", attrs...)
+	})
+}
+
+// statusRecorder remembers the status for the log line; 0 means no answer was
+// written (a dropped connection). Unwrap keeps Hijack reachable through
+// http.ResponseController.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
