@@ -2,11 +2,13 @@ package downstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -63,9 +65,7 @@ func New(opts Options) *Client {
 		}
 	}
 	t := base.Clone()
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	t.Protocols = &protos
+	http1Only(t)
 	return &Client{
 		transport: t,
 		http: &http.Client{
@@ -74,6 +74,24 @@ func New(opts Options) *Client {
 				return http.ErrUseLastResponse
 			},
 		},
+	}
+}
+
+// http1Only takes HTTP/2 off a transport on every path by which it could come
+// back: the protocol set, an h2 handler copied from a configured base, and an
+// "h2" ALPN offer left in the TLS config (with which the server would pick
+// HTTP/2 and the client would then speak HTTP/1.1 to it).
+func http1Only(t *http.Transport) {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	t.Protocols = &protos
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if t.TLSClientConfig != nil {
+		// Transport.Clone cloned the tls.Config, but its NextProtos slice is
+		// still the caller's.
+		t.TLSClientConfig.NextProtos = slices.DeleteFunc(slices.Clone(t.TLSClientConfig.NextProtos),
+			func(p string) bool { return p == "h2" })
 	}
 }
 

@@ -659,3 +659,46 @@ func TestLookup(t *testing.T) {
 		}
 	})
 }
+
+// TestExecuteSpeaksHTTP1OverTLS pins the protocol: the no-replay proof covers
+// HTTP/1.1's retry rules only, so the client must not negotiate HTTP/2 even
+// with a server that offers it.
+func TestExecuteSpeaksHTTP1OverTLS(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		protos []int
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.ProtoMajor)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	// Control, before and after: the transport the Client is built from
+	// gets HTTP/2, and New leaves it so.
+	control := func() {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	control()
+	c := downstream.New(downstream.Options{Transport: srv.Client().Transport.(*http.Transport)})
+	t.Cleanup(c.CloseIdleConnections)
+	if got := c.Execute(context.Background(), newRequest(newRoute(srv.URL))); got.Outcome != gate.OutcomeConfirmed {
+		t.Fatalf("got %+v", got)
+	}
+	srv.Client().CloseIdleConnections() // a new handshake, with the base's ALPN offer
+	control()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(protos) != 3 || protos[0] != 2 || protos[1] != 1 || protos[2] != 2 {
+		t.Fatalf("protocol majors %v; want [2 1 2]: HTTP/2 offered, HTTP/1.1 used, base untouched", protos)
+	}
+}
