@@ -171,7 +171,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	// Stop taking deliveries, let those in flight finish and commit. What is
 	// still running at the deadline has its connection closed: the broker
 	// reads that as a nack, so unfinished work is never acked.
-	log.Info("shutting down", "deadline", s.ShutdownTimeout)
+	log.Info("shutting down", "deadline", s.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ShutdownTimeout)
 	defer cancel()
 	err = ingest.Shutdown(sctx)
