@@ -1,0 +1,109 @@
+package testenv_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestDatabaseURLIsFreshAndDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var name string
+	t.Run("inner", func(t *testing.T) {
+		dsn := testenv.DatabaseURL(t)
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = strings.TrimPrefix(u.Path, "/")
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var tables int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if tables != 0 {
+			t.Fatalf("fresh database %s has %d tables", name, tables)
+		}
+		// Left open on purpose: cleanup must drop the database regardless.
+		if _, err := pgx.Connect(ctx, dsn); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if name == "" || !strings.HasPrefix(name, "ackgate_test_") {
+		t.Fatalf("database name %q", name)
+	}
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Fatalf("database %s outlived its test", name)
+	}
+}
+
+func TestRedisCommandCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	addr := testenv.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	count := testenv.CountRedisCommands(t, addr)
+	start := count()
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.Set(ctx, k, "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count() - start; got != 3 {
+		t.Fatalf("three SETs counted as %d", got)
+	}
+	// A script is one command however many it runs inside.
+	mid := count()
+	if err := c.Eval(ctx, `redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[1])`, []string{"n"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := count() - mid; got != 1 {
+		t.Fatalf("one EVAL counted as %d", got)
+	}
+	// Nothing happened between two reads.
+	if a, b := count(), count(); a != b {
+		t.Fatalf("idle counter moved from %d to %d", a, b)
+	}
+}
+
+func TestRedisInstancesArePrivate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	b := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer a.Close()
+	defer b.Close()
+	if err := a.Set(ctx, "k", "a", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.Get(ctx, "k").Result(); err != nil || v != "a" {
+		t.Fatalf("a FLUSHALL on one instance reached the other: %q, %v", v, err)
+	}
+}
