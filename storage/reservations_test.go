@@ -1,0 +1,224 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/storage"
+	"github.com/redis/go-redis/v9"
+)
+
+// newReservations runs against a redis-server of the test's own.
+func newReservations(t *testing.T) (*storage.Reservations, *redis.Client, string) {
+	t.Helper()
+	addr := testenv.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return storage.NewReservations(c), c, addr
+}
+
+func TestReservationOwnership(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newReservations(t)
+	ctx := context.Background()
+
+	before := time.Now()
+	a, err := r.Acquire(ctx, "op_1", "owner-a", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Key != "op_1" || a.Owner != "owner-a" || a.Fence != 1 || a.Expires.Before(before.Add(time.Minute)) {
+		t.Fatalf("lease = %+v", a)
+	}
+	if _, err := r.Acquire(ctx, "op_1", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+		t.Fatalf("second owner: %v, want ErrHeld", err)
+	}
+	renewed, err := r.Renew(ctx, a, 2*time.Minute)
+	if err != nil || renewed.Fence != a.Fence || !renewed.Expires.After(a.Expires) {
+		t.Fatalf("renew by the holder: %+v, %v", renewed, err)
+	}
+
+	// Only the holder renews or releases, and a lease names one holding: the
+	// same owner with another fence is not it.
+	for _, impostor := range []gate.Lease{
+		{Key: "op_1", Owner: "owner-b", Fence: a.Fence},
+		{Key: "op_1", Owner: "owner-a", Fence: a.Fence + 1},
+	} {
+		if _, err := r.Renew(ctx, impostor, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+			t.Fatalf("renew by %+v: %v, want ErrLeaseLost", impostor, err)
+		}
+		if err := r.Release(ctx, impostor); err != nil {
+			t.Fatalf("release by %+v: %v", impostor, err)
+		}
+		if _, err := r.Acquire(ctx, "op_1", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("after release by %+v the lease is gone: %v", impostor, err)
+		}
+	}
+
+	if err := r.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Acquire(ctx, "op_1", "owner-b", time.Minute, 0)
+	if err != nil || b.Fence != 2 {
+		t.Fatalf("acquire after release: %+v, %v; want fence 2", b, err)
+	}
+	if _, err := r.Renew(ctx, a, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+		t.Fatalf("renew of a released lease: %v, want ErrLeaseLost", err)
+	}
+	// Leases on other keys are independent.
+	if other, err := r.Acquire(ctx, "op_2", "owner-a", time.Minute, 0); err != nil || other.Fence != 1 {
+		t.Fatalf("another key: %+v, %v", other, err)
+	}
+}
+
+func TestReservationExpires(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newReservations(t)
+	ctx := context.Background()
+	a, err := r.Acquire(ctx, "op_1", "owner-a", 50*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b gate.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err = r.Acquire(ctx, "op_1", "owner-b", time.Minute, 0)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, gate.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("waiting for expiry: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if b.Fence <= a.Fence {
+		t.Fatalf("fence after expiry %d, want above %d", b.Fence, a.Fence)
+	}
+	if _, err := r.Renew(ctx, a, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+		t.Fatalf("renew after expiry and takeover: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestReservationConcurrentAcquireOneWins(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newReservations(t)
+	const n = 32
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = r.Acquire(context.Background(), "op_hot", fmt.Sprintf("owner-%d", i), time.Minute, 0)
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			winners++
+		case !errors.Is(err, gate.ErrHeld):
+			t.Errorf("acquire %d: %v", i, err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d owners acquired one lease", winners)
+	}
+}
+
+func TestReservationFenceMonotonicAndFloor(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newReservations(t)
+	ctx := context.Background()
+	var last int64
+	for i, floor := range []int64{0, 0, 1, 100, 5, 0, 100, 101} {
+		l, err := r.Acquire(ctx, "op_1", fmt.Sprintf("owner-%d", i), time.Minute, floor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence <= last || l.Fence <= floor {
+			t.Fatalf("acquire %d with floor %d: fence %d, previous %d", i, floor, l.Fence, last)
+		}
+		last = l.Fence
+		if err := r.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1, 2, 3, then floor 100 lifts the counter to 101; lower floors change nothing.
+	if last != 105 {
+		t.Fatalf("final fence %d, want 105", last)
+	}
+}
+
+// Redis restarted without persistence forgets every counter. The floor, the
+// highest fence the ledger recorded, keeps new tokens above the old ones.
+func TestReservationFloorAfterRedisLoss(t *testing.T) {
+	t.Parallel()
+	r, c, _ := newReservations(t)
+	ctx := context.Background()
+	var seen int64
+	for i := range 3 {
+		l, err := r.Acquire(ctx, "op_1", fmt.Sprintf("owner-%d", i), time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = l.Fence
+		if err := r.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.Acquire(ctx, "op_1", "owner-new", time.Minute, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence <= seen {
+		t.Fatalf("fence after Redis lost its state: %d, not above the ledger's %d", l.Fence, seen)
+	}
+}
+
+// Acquire is the one synchronous Redis round trip a new operation costs.
+func TestReservationAcquireIsOneCommand(t *testing.T) {
+	t.Parallel()
+	r, c, addr := newReservations(t)
+	ctx := context.Background()
+	commands := testenv.CountRedisCommands(t, addr)
+	// The first call loads the script (EVALSHA, NOSCRIPT, EVAL) and opens the
+	// connection; what the budget is about is every call after that.
+	if _, err := r.Acquire(ctx, "op_warm", "owner", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := commands()
+	l, err := r.Acquire(ctx, "op_1", "owner", time.Minute, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := commands() - before; got != 1 {
+		t.Fatalf("Acquire sent %d commands, want 1", got)
+	}
+
+	// Both keys sit under one hash tag, so Cluster keeps them in one slot.
+	keys, err := c.Keys(ctx, "ackgate:*op_1*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("keys for op_1: %v", keys)
+	}
+	for _, k := range keys {
+		if !strings.Contains(k, "{op_1}") {
+			t.Errorf("key %q lacks the hash tag {op_1}", k)
+		}
+	}
+	if got, _ := c.Get(ctx, "ackgate:{op_1}:fence").Int64(); got != l.Fence {
+		t.Fatalf("fence key holds %d, lease has %d", got, l.Fence)
+	}
+}
