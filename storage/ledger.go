@@ -286,6 +286,7 @@ func (l *Ledger) RecordConflict(ctx context.Context, c *gate.Conflict) (*gate.Op
 	row := *c.Record
 	row.ConflictOf = c.Original.ID
 	row.State = gate.StateReceived
+	// A conflict record is never reserved: it is not going to be executed.
 	row.Fence, row.Owner, row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = 0, "", nil, nil, 0
 	if row.CreatedAt.IsZero() {
 		row.CreatedAt = at

@@ -24,6 +24,20 @@ func newReservations(t *testing.T) (*storage.Reservations, *redis.Client, string
 	return storage.NewReservations(c), c, addr
 }
 
+// takeAndRelease holds op_1 for a moment and returns the fence it was given.
+func takeAndRelease(t *testing.T, r *storage.Reservations, owner string, floor int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	l, err := r.Acquire(ctx, "op_1", owner, time.Minute, floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	return l.Fence
+}
+
 func TestReservationOwnership(t *testing.T) {
 	t.Parallel()
 	r, _, _ := newReservations(t)
@@ -135,20 +149,13 @@ func TestReservationConcurrentAcquireOneWins(t *testing.T) {
 func TestReservationFenceMonotonicAndFloor(t *testing.T) {
 	t.Parallel()
 	r, _, _ := newReservations(t)
-	ctx := context.Background()
 	var last int64
 	for i, floor := range []int64{0, 0, 1, 100, 5, 0, 100, 101} {
-		l, err := r.Acquire(ctx, "op_1", fmt.Sprintf("owner-%d", i), time.Minute, floor)
-		if err != nil {
-			t.Fatal(err)
+		fence := takeAndRelease(t, r, fmt.Sprintf("owner-%d", i), floor)
+		if fence <= last || fence <= floor {
+			t.Fatalf("acquire %d with floor %d: fence %d, previous %d", i, floor, fence, last)
 		}
-		if l.Fence <= last || l.Fence <= floor {
-			t.Fatalf("acquire %d with floor %d: fence %d, previous %d", i, floor, l.Fence, last)
-		}
-		last = l.Fence
-		if err := r.Release(ctx, l); err != nil {
-			t.Fatal(err)
-		}
+		last = fence
 	}
 	// 1, 2, 3, then floor 100 lifts the counter to 101; lower floors change nothing.
 	if last != 105 {
@@ -164,14 +171,7 @@ func TestReservationFloorAfterRedisLoss(t *testing.T) {
 	ctx := context.Background()
 	var seen int64
 	for i := range 3 {
-		l, err := r.Acquire(ctx, "op_1", fmt.Sprintf("owner-%d", i), time.Minute, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen = l.Fence
-		if err := r.Release(ctx, l); err != nil {
-			t.Fatal(err)
-		}
+		seen = takeAndRelease(t, r, fmt.Sprintf("owner-%d", i), 0)
 	}
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
