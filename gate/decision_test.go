@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,27 @@ func TestScopeKeyIsUnambiguous(t *testing.T) {
 	}
 	if ia.ScopeKey == ib.ScopeKey || ia.OperationID == ib.OperationID {
 		t.Fatalf("different key sources collide: %q", ia.ScopeKey)
+	}
+}
+
+func TestRouteJSONUsesDurationStrings(t *testing.T) {
+	t.Parallel()
+	r := testRoute(ShapeIdempotent)
+	r.Renewal = Renewal{Interval: 3 * time.Second, MaxExtension: 10 * time.Second}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"ack_deadline":"10s"`, `"dedupe_window":"1h0m0s"`, `"timeout":"5s"`, `"interval":"3s"`, `"retention":"192h0m0s"`, `"name":"orders"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("route JSON lacks %s: %s", want, b)
+		}
+	}
+	var back Route
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.AckDeadline != r.AckDeadline || back.Effect.Timeout != r.Effect.Timeout || back.Renewal != r.Renewal || back.Name != r.Name || back.DedupeWindow != r.DedupeWindow {
+		t.Fatalf("round trip changed the route: %+v", back)
 	}
 }
