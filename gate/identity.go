@@ -30,6 +30,12 @@ type Message struct {
 	BrokerAttempt int `json:"broker_attempt,omitempty"`
 	// Envelope is the request body as received, for BodyEnvelope routes.
 	Envelope []byte `json:"-"`
+	// TraceParent and TraceState are the W3C trace context the publisher
+	// attached to the message (Pub/Sub's googclient_traceparent and
+	// googclient_tracestate attributes, SNS's traceparent message attribute),
+	// so the gateway's spans can continue the publisher's trace.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 }
 
 // Identity is what binds repeated deliveries to one intent.

@@ -70,6 +70,7 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 	msg := &gate.Message{
 		Broker: gate.BrokerPubSub, Source: env.Subscription, MessageID: id,
 		Data: data, Attributes: m.Attributes, OrderingKey: m.OrderingKey, Envelope: body,
+		TraceParent: m.Attributes["googclient_traceparent"], TraceState: m.Attributes["googclient_tracestate"],
 	}
 	if pt := firstNonEmpty(m.PublishTime, m.PublishAlt); pt != "" {
 		t, err := time.Parse(time.RFC3339Nano, pt)
