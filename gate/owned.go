@@ -18,6 +18,20 @@ type owned struct {
 	// the lease gone. Both are recorded with the settling write.
 	extensions int
 	leaseLost  bool
+	// claimed is set once this delivery's claim committed, so its delivery
+	// row exists and can be answered.
+	claimed bool
+}
+
+// decisionFor is what the gate answers for an operation left in state s.
+func decisionFor(s State, p DeadLetterPolicy) Decision {
+	switch s {
+	case StateAckPending:
+		return Ack
+	case StateTerminalFailure:
+		return Terminal(p)
+	}
+	return Nack
 }
 
 func (o *owned) route() *Route { return o.d.route }
@@ -99,11 +113,15 @@ func (o *owned) claim(ctx context.Context, reason string, start bool, resultID s
 		return err
 	}
 	c.Steps = stepsWith(path, reason)
-	rec := *o.d.rec
-	rec.Reason = bound(reason)
-	c.Delivery = &rec
 	next := *o.op
 	next.State = path[len(path)-1].To
+	rec := *o.d.rec
+	rec.Reason, rec.Owner = bound(reason), o.lease.Owner
+	if !start {
+		// Nothing follows this commit, so the answer is already known.
+		rec.Decision = decisionFor(next.State, o.route().DeadLetter)
+	}
+	c.Delivery = &rec
 	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
 	next.DeliveryCount++
 	next.Reason = c.Reason
@@ -138,6 +156,7 @@ func (o *owned) claim(ctx context.Context, reason string, start bool, resultID s
 		return err
 	}
 	o.op = &next
+	o.claimed = true
 	return nil
 }
 
@@ -237,6 +256,7 @@ func (o *owned) settle(ctx context.Context, fin *Attempt, reason, resultID strin
 	case StateEffectIndeterminate:
 		c.Lane = "operator"
 	}
+	c.Answer = &Answer{Owner: o.lease.Owner, Decision: decisionFor(next.State, o.route().DeadLetter), Reason: c.Reason}
 	if err := o.g.Ledger.Apply(ctx, c); err != nil {
 		return o.refused(err)
 	}
@@ -252,14 +272,26 @@ func (o *owned) settle(ctx context.Context, fin *Attempt, reason, resultID strin
 
 // refused turns a ledger refusal into a nack. A fence or state mismatch means
 // another owner moved on: this owner committed nothing and must not ack.
+// When this delivery's claim had committed, its delivery row is answered
+// after the response (unfenced): a superseded owner's lease loss is kept in
+// the evidence, apart from the effect's state.
 func (o *owned) refused(err error) (*Result, error) {
+	var res *Result
+	var ierr error
 	switch {
 	case errors.Is(err, ErrFenced):
-		return o.g.nack(o.d, "fenced: a newer owner holds the operation; nothing committed"), nil
+		res = o.g.nack(o.d, "fenced: a newer owner holds the operation; nothing committed")
 	case errors.Is(err, ErrStateChanged), errors.Is(err, ErrExists):
-		return o.g.nack(o.d, "operation changed underneath; the broker will redeliver"), nil
+		res = o.g.nack(o.d, "operation changed underneath; the broker will redeliver")
+	default:
+		res, ierr = o.g.nack(o.d, "evidence store unavailable"), &InfraError{"record evidence", err}
 	}
-	return o.g.nack(o.d, "evidence store unavailable"), &InfraError{"record evidence", err}
+	if o.claimed {
+		a := &Answer{Owner: o.lease.Owner, Decision: Nack, Reason: res.Reason}
+		id := o.op.ID
+		res.then(func(ctx context.Context) error { return o.g.Ledger.AnswerDelivery(ctx, id, a) })
+	}
+	return res, ierr
 }
 
 func (o *owned) result(dec Decision, reason string) *Result {

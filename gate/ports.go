@@ -28,6 +28,10 @@ type Ledger interface {
 	// RecordDelivery appends a delivery that changed nothing else: a redelivery
 	// of settled work, a contended delivery, an anomaly.
 	RecordDelivery(ctx context.Context, d *Delivery) error
+	// AnswerDelivery records the answer of the undecided delivery that a.Owner
+	// wrote for the operation. It is not fenced: it says what a delivery was
+	// told, even one whose fence was superseded.
+	AnswerDelivery(ctx context.Context, operationID string, a *Answer) error
 }
 
 // Reservations hands out short leases with fencing tokens.
@@ -164,6 +168,16 @@ type Delivery struct {
 	// redelivery after the ack went out.
 	Anomaly string `json:"anomaly,omitempty"`
 	TraceID string `json:"trace_id,omitempty"`
+	// Owner is the lease owner token of a delivery that took the operation's
+	// lease; it names the row when the delivery's answer is recorded later.
+	Owner string `json:"owner,omitempty"`
+}
+
+// Answer records what a lease-taking delivery was told, once it is known.
+type Answer struct {
+	Owner    string   `json:"owner"`
+	Decision Decision `json:"decision"`
+	Reason   string   `json:"reason,omitempty"`
 }
 
 // DeadLetter records that the gateway took a message out of circulation.
@@ -205,8 +219,11 @@ type Change struct {
 	EvidenceAt *time.Time
 	AckedAt    *time.Time
 	DeadLetter *DeadLetter
-	TraceID    string
-	At         time.Time
+	// Answer, when set, records the decision of this owner's claiming delivery
+	// in the same commit.
+	Answer  *Answer
+	TraceID string
+	At      time.Time
 }
 
 // Conflict is a reused key with a different fingerprint.

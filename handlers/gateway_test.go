@@ -40,6 +40,9 @@ func TestConfirmedEffectAcksAfterCommittedEvidence(t *testing.T) {
 			t.Fatalf("transition %+v lacks its time or fence (operation fence %d)", ev, rec.Operation.Fence)
 		}
 	}
+	if d := rec.Deliveries; len(d) != 1 || d[0].Decision != gate.Ack || d[0].Owner == "" {
+		t.Fatalf("the delivery's answer is not recorded: %+v", d)
+	}
 	if len(rec.Attempts) != 1 || rec.Attempts[0].IdempotencyKey == "" || rec.Attempts[0].IdempotencyKey != e.down.Keys()[0] {
 		t.Fatalf("attempts = %+v, downstream saw keys %v", rec.Attempts, e.down.Keys())
 	}
@@ -361,6 +364,19 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 		if ev.Fence < winner.Operation.Fence {
 			t.Fatalf("a write with stale fence %d landed after fence %d: %+v", ev.Fence, winner.Operation.Fence, ev)
 		}
+	}
+	// The stale owner's lease loss is kept apart from the effect: its delivery
+	// is answered nack, fenced, while the operation is the winner's.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d := e.record(id).Deliveries
+		if len(d) == 2 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") && d[1].Decision == gate.Ack {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries = %+v, want the stale one answered nack (fenced) and the winner's ack", d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if fences := e.down.Fences(); len(fences) != 2 || fences[0] == fences[1] {
 		t.Fatalf("downstream saw fences %v, want two different", fences)

@@ -216,11 +216,16 @@ WITH counted AS (
 	UPDATE operations SET delivery_count = delivery_count + 1 WHERE id = $1 RETURNING id
 )
 INSERT INTO deliveries (operation_id, broker, source, message_id, broker_attempt, received_at,
-	decision, reason, anomaly, trace_id)
+	decision, reason, anomaly, trace_id, owner)
 SELECT id, $2::text, $3::text, $4::text, $5::integer, $6::timestamptz, $7::text, $8::text,
-	$9::text, $10::text
+	$9::text, $10::text, $11::text
 FROM counted
 RETURNING id`
+
+	// A lease-taking delivery is answered once, by its owner token.
+	answerDeliverySQL = `
+UPDATE deliveries SET decision = $3, reason = CASE WHEN $4::text = '' THEN reason ELSE $4::text END
+WHERE operation_id = $1 AND owner = $2 AND decision = ''`
 
 	// The same for attempts. first_attempt_at anchors the provider's dedupe
 	// window, which only an effect call opens.
@@ -251,13 +256,16 @@ ON CONFLICT (operation_id) DO NOTHING`
 
 func deliveryArgs(opID string, d *gate.Delivery) []any {
 	return []any{opID, d.Broker, d.Source, d.MessageID, d.BrokerAttempt, d.ReceivedAt, d.Decision,
-		d.Reason, d.Anomaly, d.TraceID}
+		d.Reason, d.Anomaly, d.TraceID, d.Owner}
 }
 
 // queueRecords appends what a change records besides the operation row.
 func queueRecords(b *pgx.Batch, id string, c *gate.Change, at time.Time) {
 	if d := c.Delivery; d != nil {
 		b.Queue(insertDeliverySQL, deliveryArgs(id, d)...)
+	}
+	if a := c.Answer; a != nil && a.Owner != "" {
+		b.Queue(answerDeliverySQL, id, a.Owner, a.Decision, a.Reason)
 	}
 	if a := c.StartAttempt; a != nil {
 		b.Queue(insertAttemptSQL, id, a.N, a.Kind, a.IdempotencyKey, cmp.Or(a.Fence, c.Fence),
@@ -323,6 +331,14 @@ func (l *Ledger) RecordDelivery(ctx context.Context, d *gate.Delivery) error {
 	var id int64
 	err := l.pool.QueryRow(ctx, insertDeliverySQL, deliveryArgs(d.OperationID, d)...).Scan(&id)
 	return translate("record delivery", err)
+}
+
+// AnswerDelivery implements gate.Ledger: it fills in the decision of the
+// undecided delivery written by a.Owner. No matching row is not an error:
+// there is nothing left to answer.
+func (l *Ledger) AnswerDelivery(ctx context.Context, operationID string, a *gate.Answer) error {
+	_, err := l.pool.Exec(ctx, answerDeliverySQL, operationID, a.Owner, a.Decision, a.Reason)
+	return translate("answer delivery", err)
 }
 
 // orNow stands in for a change time the caller forgot; the gate's own clock is

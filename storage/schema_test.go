@@ -3,8 +3,10 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
@@ -38,12 +40,16 @@ func TestMigrateTwiceAndSchemaCurrent(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
-	if applied != 3 {
-		t.Fatalf("goose recorded %d migrations, want each of the 3 once", applied)
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migration files: %v", err)
+	}
+	if applied != len(files) {
+		t.Fatalf("goose recorded %d migrations, want each of the %d once", applied, len(files))
 	}
 
 	// A migration this build embeds but the database lacks makes it not current.
-	if _, err := pool.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 3`); err != nil {
+	if _, err := pool.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)`); err != nil {
 		t.Fatal(err)
 	}
 	if current, err := storage.SchemaCurrent(ctx, pool); err != nil || current {
@@ -112,7 +118,8 @@ func TestLedgerRefusesRawSQL(t *testing.T) {
 		{"legal edge but unlogged", `UPDATE operations SET state = 'effect_confirmed' WHERE id = 'op_raw'`, "AG004"},
 		{"log rewrite", `UPDATE transitions SET reason = 'edited' WHERE operation_id = 'op_raw'`, "AG003"},
 		{"log delete", `DELETE FROM transitions WHERE operation_id = 'op_raw'`, "AG003"},
-		{"delivery rewrite", `UPDATE deliveries SET decision = 'ack'`, "AG003"},
+		{"delivery rewrite", `UPDATE deliveries SET decision = 'ack'`, "AG003"}, // already answered (nack)
+		{"delivery field rewrite", `UPDATE deliveries SET source = 'other'`, "AG003"},
 		{"delivery delete", `DELETE FROM deliveries`, "AG003"},
 		{"log entry that does not continue the log",
 			`INSERT INTO transitions (operation_id, from_state, to_state, at, fence)
@@ -176,4 +183,47 @@ func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A lease-taking delivery is written before its answer is known; it may be
+// answered once, by its owner token, and is append-only from then on.
+func TestDeliveryIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	op := newOperation("answer")
+	d := delivery("m-1", t0)
+	d.Decision, d.Owner = "", "owner-a"
+	deadline := t0.Add(30 * time.Second)
+	err := l.Create(ctx, &gate.Change{
+		Operation: op, Fence: 1, Owner: "owner-a", LeaseDeadline: &deadline,
+		Steps:    steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+		Delivery: d, At: t0,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another owner's answer does not touch this row.
+	must(t, l.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-b", Decision: gate.Ack}))
+	if got := mustGet(t, l, op.ID).Deliveries[0]; got.Decision != "" {
+		t.Fatalf("another owner answered the delivery: %+v", got)
+	}
+	must(t, l.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Nack, Reason: "fenced"}))
+	got := mustGet(t, l, op.ID).Deliveries[0]
+	if got.Decision != gate.Nack || got.Reason != "fenced" || got.Owner != "owner-a" || got.MessageID != "m-1" {
+		t.Fatalf("answered delivery = %+v", got)
+	}
+	// Answered once; a second answer finds nothing to answer.
+	must(t, l.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Ack}))
+	if got := mustGet(t, l, op.ID).Deliveries[0]; got.Decision != gate.Nack {
+		t.Fatalf("delivery answered twice: %+v", got)
+	}
+	for name, sql := range map[string]string{
+		"re-answer":             `UPDATE deliveries SET decision = 'ack'`,
+		"rewrite another field": `UPDATE deliveries SET message_id = 'other'`,
+	} {
+		if _, err := pool.Exec(ctx, sql); sqlState(err) != "AG003" {
+			t.Errorf("%s: err = %v, want SQLSTATE AG003", name, err)
+		}
+	}
 }
