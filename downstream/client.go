@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -34,6 +37,11 @@ type Options struct {
 	// changes New makes never reach the caller's other clients. Nil means
 	// http.DefaultTransport.
 	Transport *http.Transport
+	// TracerProvider and Propagators, when set, give each call a client span
+	// and put its trace context on the request, so the downstream's own spans
+	// join the delivery's trace.
+	TracerProvider trace.TracerProvider
+	Propagators    propagation.TextMapPropagator
 }
 
 // Client performs effect calls and lookups over HTTP.
@@ -66,10 +74,20 @@ func New(opts Options) *Client {
 	}
 	t := base.Clone()
 	http1Only(t)
+	var rt http.RoundTripper = t
+	if opts.TracerProvider != nil {
+		// otelhttp wraps the body for byte counts but leaves GetBody unset,
+		// so the request stays non-replayable (replay_test.go runs through it).
+		popts := []otelhttp.Option{otelhttp.WithTracerProvider(opts.TracerProvider)}
+		if opts.Propagators != nil {
+			popts = append(popts, otelhttp.WithPropagators(opts.Propagators))
+		}
+		rt = otelhttp.NewTransport(t, popts...)
+	}
 	return &Client{
 		transport: t,
 		http: &http.Client{
-			Transport: t,
+			Transport: rt,
 			CheckRedirect: func(*http.Request, []*http.Request) error {
 				return http.ErrUseLastResponse
 			},

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"io"
 	"net"
 	"net/http"
@@ -169,20 +171,32 @@ func TestStockClientReplaysOnReusedConnection(t *testing.T) {
 // the lost answer is reported as unknown.
 func TestExecuteNeverReplays(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
+	type tcase struct {
 		name   string
 		method string
 		data   []byte
-	}{
-		{"post with body", http.MethodPost, []byte(`{"order":"o-1"}`)},
-		{"post empty body", http.MethodPost, nil},
-		{"put with body", http.MethodPut, []byte("opaque")},
-		{"delete empty body", http.MethodDelete, nil},
-	} {
+		opts   downstream.Options
+	}
+	var cases []tcase
+	// With tracing on, otelhttp wraps the transport and the body: the request
+	// must stay non-replayable through that wrapper too.
+	traced := downstream.Options{TracerProvider: sdktrace.NewTracerProvider(), Propagators: propagation.TraceContext{}}
+	for _, o := range []struct {
+		suffix string
+		opts   downstream.Options
+	}{{"", downstream.Options{}}, {", traced", traced}} {
+		cases = append(cases,
+			tcase{"post with body" + o.suffix, http.MethodPost, []byte(`{"order":"o-1"}`), o.opts},
+			tcase{"post empty body" + o.suffix, http.MethodPost, nil, o.opts},
+			tcase{"put with body" + o.suffix, http.MethodPut, []byte("opaque"), o.opts},
+			tcase{"delete empty body" + o.suffix, http.MethodDelete, nil, o.opts},
+		)
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newDropServer(t)
-			client := downstream.New(downstream.Options{})
+			client := downstream.New(tc.opts)
 			t.Cleanup(client.CloseIdleConnections)
 
 			r := &gate.Route{Name: "orders", Effect: gate.EffectSpec{

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -24,6 +25,10 @@ type Gate struct {
 	// NewToken returns a fresh owner token per delivery; it is combined with
 	// Owner so leases say which process and which request hold them.
 	NewToken func() string
+	// Tracer and Recorder are optional: spans for each step of a delivery,
+	// and the counts behind the gateway's metrics.
+	Tracer   trace.Tracer
+	Recorder Recorder
 }
 
 // Result is the gate's answer for one delivery.
@@ -89,11 +94,36 @@ type delivery struct {
 	now   time.Time
 	// deadline is when the broker stops waiting for our answer.
 	deadline time.Time
+	// spanID is the delivery's span, kept with a new operation so that its
+	// redeliveries can link back to it.
+	spanID string
+	// downstream is the time spent in downstream calls, which the gate's own
+	// latency excludes.
+	downstream time.Duration
 }
 
 // Deliver processes one decoded message for a route. The returned error is an
 // *InfraError (or nil); the Result is always usable and says Nack on error.
 func (g *Gate) Deliver(ctx context.Context, route *Route, msg *Message) (*Result, error) {
+	start := time.Now()
+	d := &delivery{route: route, msg: msg}
+	res, err := g.deliver(ctx, d)
+	dec, reason := Nack, "evidence store unavailable"
+	if res != nil {
+		dec, reason = res.Decision, res.Reason
+	}
+	attrs := []attribute.KeyValue{attribute.String("ackgate.decision", string(dec)), attribute.String("ackgate.reason", reason)}
+	if res != nil && res.OperationID != "" {
+		attrs = append(attrs, attribute.String("ackgate.operation.id", res.OperationID), attribute.String("ackgate.state", string(res.State)))
+	}
+	_, end := g.span(ctx, "ack decision", attrs...)
+	end(err)
+	g.recorder().Delivered(ctx, route, msg.Broker, dec, time.Since(start)-d.downstream)
+	return res, err
+}
+
+func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
+	route, msg := d.route, d.msg
 	now := g.Now()
 	id, err := Identify(route, msg)
 	if err != nil {
@@ -103,20 +133,24 @@ func (g *Gate) Deliver(ctx context.Context, route *Route, msg *Message) (*Result
 		}
 		return nil, fmt.Errorf("identify: %w", err)
 	}
-	d := &delivery{
-		route: route, msg: msg, id: id, now: now,
-		deadline: now.Add(route.AckDeadline),
-		rec: &Delivery{
-			OperationID: id.OperationID, Broker: msg.Broker, Source: msg.Source,
-			MessageID: msg.MessageID, BrokerAttempt: msg.BrokerAttempt, ReceivedAt: now,
-			TraceID: traceID(ctx),
-		},
+	d.id, d.now, d.deadline, d.spanID = id, now, now.Add(route.AckDeadline), spanID(ctx)
+	d.rec = &Delivery{
+		OperationID: id.OperationID, Broker: msg.Broker, Source: msg.Source,
+		MessageID: msg.MessageID, BrokerAttempt: msg.BrokerAttempt, ReceivedAt: now,
+		TraceID: traceID(ctx),
 	}
 	// Nothing we do after the broker stops waiting can become an ack, so the
 	// whole delivery, ledger writes included, is bounded by its deadline.
 	ctx, cancel := context.WithDeadline(ctx, d.deadline)
 	defer cancel()
-	op, err := g.Ledger.Find(ctx, id.ScopeKey)
+	fctx, end := g.span(ctx, "ledger find", attribute.String("ackgate.operation.id", id.OperationID))
+	op, err := g.Ledger.Find(fctx, id.ScopeKey)
+	if errors.Is(err, ErrNotFound) {
+		end(nil)
+	} else {
+		end(err)
+	}
+	linkFirstDelivery(ctx, op)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		op = nil
@@ -168,12 +202,12 @@ func (g *Gate) ackExisting(d *delivery, op *Operation, plan Plan) *Result {
 	}
 	res := g.answer(d, op, Ack, plan.Reason, anomaly)
 	if op.State == StateAckPending || op.State == StateEffectConfirmed {
-		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, op.ID, op.State, op.Fence) })
+		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, d.route, op.ID, op.State, op.Fence) })
 	}
 	return res
 }
 
-func (g *Gate) markAcknowledged(ctx context.Context, opID string, from State, fence int64) error {
+func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, from State, fence int64) error {
 	steps := []State{StateAcknowledged}
 	if from == StateEffectConfirmed {
 		steps = []State{StateAckPending, StateAcknowledged}
@@ -183,12 +217,16 @@ func (g *Gate) markAcknowledged(ctx context.Context, opID string, from State, fe
 		return err
 	}
 	now := g.Now()
-	err = g.Ledger.Apply(ctx, &Change{
+	c := &Change{
 		Operation: &Operation{ID: opID}, ExpectState: from, Fence: fence,
 		Steps: stepsWith(path, "acknowledging response written"), AckedAt: &now, At: now,
-	})
+	}
+	err = g.Ledger.Apply(ctx, c)
 	if errors.Is(err, ErrStateChanged) {
 		return nil // a concurrent redelivery marked it first
+	}
+	if err == nil {
+		g.recorder().Transitioned(ctx, route, c.Steps)
 	}
 	return err
 }
@@ -213,7 +251,9 @@ func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation) (*Res
 	if dec == Ack {
 		c.DeadLetter = &DeadLetter{OperationID: rec.ID, Reason: rec.Reason, At: d.now}
 	}
-	stored, err := g.Ledger.RecordConflict(ctx, c)
+	cctx, end := g.span(ctx, "ledger record conflict", attribute.String("ackgate.operation.id", rec.ID))
+	stored, err := g.Ledger.RecordConflict(cctx, c)
+	end(err)
 	if err != nil {
 		return g.nack(d, "evidence store unavailable"), &InfraError{"record conflict", err}
 	}
@@ -227,10 +267,17 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Pl
 		floor = op.Fence
 	}
 	owner := g.Owner + "/" + g.NewToken()
-	lease, err := g.Reservations.Acquire(ctx, d.id.OperationID, owner, leaseTTL(d.route), floor)
+	rctx, end := g.span(ctx, "reserve", attribute.String("ackgate.operation.id", d.id.OperationID), attribute.Int64("ackgate.fence.floor", floor))
+	lease, err := g.Reservations.Acquire(rctx, d.id.OperationID, owner, leaseTTL(d.route), floor)
 	if errors.Is(err, ErrHeld) {
+		end(nil)
+		g.recorder().Contended(ctx, d.route)
 		return g.answer(d, op, Nack, "another owner holds the lease", ""), nil
 	}
+	if err == nil {
+		trace.SpanFromContext(rctx).SetAttributes(attribute.Int64("ackgate.fence", lease.Fence))
+	}
+	end(err)
 	if err != nil {
 		return g.nack(d, "reservation store unavailable"), &InfraError{"acquire reservation", err}
 	}

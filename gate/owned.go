@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // owned is a delivery that holds the operation's lease. Everything it writes
@@ -147,14 +150,18 @@ func (o *owned) claim(ctx context.Context, reason string, start bool, resultID s
 		c.Lane, next.Lane = "operator", "operator"
 	}
 	c.Operation = &next
+	cctx, end := o.g.span(ctx, "ledger claim", attribute.String("ackgate.operation.id", next.ID),
+		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
 	if from == "" {
-		err = o.g.Ledger.Create(ctx, c)
+		err = o.g.Ledger.Create(cctx, c)
 	} else {
-		err = o.g.Ledger.Apply(ctx, c)
+		err = o.g.Ledger.Apply(cctx, c)
 	}
+	end(err)
 	if err != nil {
 		return err
 	}
+	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
 	o.op = &next
 	o.claimed = true
 	return nil
@@ -167,7 +174,7 @@ func (o *owned) newOperation() *Operation {
 		KeySource: r.Key.Kind, Key: id.Key, Fingerprint: id.Fingerprint,
 		FingerprintVersion: r.Fingerprint.Version, Shape: r.Shape, DeadLetterPolicy: r.DeadLetter,
 		ContractVersion: r.ContractVersion, IdempotencyKey: id.IdempotencyKey,
-		LeaseStart: &now, TraceID: o.d.rec.TraceID,
+		LeaseStart: &now, TraceID: o.d.rec.TraceID, SpanID: o.d.spanID,
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(r.Retention),
 	}
 }
@@ -186,10 +193,19 @@ func (o *owned) attempt(ctx context.Context) (*Result, error) {
 		IdempotencyKey: o.op.IdempotencyKey, Fence: o.lease.Fence,
 	}
 	callCtx, cancel := context.WithDeadline(ctx, o.callDeadline())
+	callCtx, end := o.g.span(callCtx, "downstream effect", attribute.String("ackgate.operation.id", req.OperationID),
+		attribute.Int("ackgate.attempt", o.op.AttemptCount), attribute.Int64("ackgate.fence", req.Fence))
 	stop := o.renew(callCtx)
+	began := time.Now()
 	er := o.g.Effects.Execute(callCtx, req)
+	took := time.Since(began)
 	stop()
+	trace.SpanFromContext(callCtx).SetAttributes(attribute.String("ackgate.outcome", string(er.Outcome)),
+		attribute.Int("ackgate.lease.extensions", o.extensions))
+	end(nil)
 	cancel()
+	o.d.downstream += took
+	o.g.recorder().Downstream(ctx, o.route(), AttemptEffect, er.Outcome, took)
 	now := o.g.Now()
 	fin := &Attempt{
 		N: o.op.AttemptCount, Kind: AttemptEffect, IdempotencyKey: o.op.IdempotencyKey,
@@ -257,9 +273,14 @@ func (o *owned) settle(ctx context.Context, fin *Attempt, reason, resultID strin
 		c.Lane = "operator"
 	}
 	c.Answer = &Answer{Owner: o.lease.Owner, Decision: decisionFor(next.State, o.route().DeadLetter), Reason: c.Reason}
-	if err := o.g.Ledger.Apply(ctx, c); err != nil {
+	sctx, end := o.g.span(ctx, "ledger settle", attribute.String("ackgate.operation.id", next.ID),
+		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
+	err = o.g.Ledger.Apply(sctx, c)
+	end(err)
+	if err != nil {
 		return o.refused(err)
 	}
+	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
 	o.op = &next
 	switch next.State {
 	case StateAckPending:
@@ -307,17 +328,27 @@ func (o *owned) terminalResult(reason string) *Result {
 func (o *owned) acked(reason string) *Result {
 	res := o.result(Ack, reason)
 	id, fence := o.op.ID, o.lease.Fence
-	res.whenSent(func(ctx context.Context) error { return o.g.markAcknowledged(ctx, id, StateAckPending, fence) })
+	res.whenSent(func(ctx context.Context) error {
+		return o.g.markAcknowledged(ctx, o.route(), id, StateAckPending, fence)
+	})
 	return res
 }
 
 func (o *owned) lookup(ctx context.Context) LookupResult {
 	lctx, cancel := context.WithDeadline(ctx, o.callDeadline())
 	defer cancel()
-	return o.g.Effects.Lookup(lctx, &EffectRequest{
+	lctx, end := o.g.span(lctx, "downstream lookup", attribute.String("ackgate.operation.id", o.d.id.OperationID))
+	began := time.Now()
+	lr := o.g.Effects.Lookup(lctx, &EffectRequest{
 		Route: o.route(), Message: o.d.msg, OperationID: o.d.id.OperationID,
 		IdempotencyKey: o.d.id.IdempotencyKey, Fence: o.lease.Fence,
 	})
+	took := time.Since(began)
+	trace.SpanFromContext(lctx).SetAttributes(attribute.String("ackgate.outcome", string(lr.Outcome)))
+	end(nil)
+	o.d.downstream += took
+	o.g.recorder().Downstream(ctx, o.route(), AttemptLookup, lr.Outcome, took)
+	return lr
 }
 
 // callDeadline leaves room, before the broker gives up on us, to commit the

@@ -107,7 +107,10 @@ type Operation struct {
 	Reason string `json:"reason,omitempty"`
 	// Lane names who settles an indeterminate operation ("operator").
 	Lane        string    `json:"lane,omitempty"`
-	TraceID     string    `json:"trace_id,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+	// SpanID is the first delivery's span, the target of later deliveries'
+	// span links.
+	SpanID      string    `json:"span_id,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	RetainUntil time.Time `json:"retain_until"`

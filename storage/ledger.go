@@ -47,7 +47,7 @@ const operationColumns = `o.id, o.scope_key, o.tenant, o.route, o.key_source, o.
 	o.fingerprint_version, coalesce(o.conflict_of, ''), o.state, o.shape, o.dead_letter_policy,
 	o.contract_version, o.idempotency_key, o.fence, o.owner, o.lease_start, o.lease_deadline,
 	o.lease_extensions, o.delivery_count, o.attempt_count, o.first_attempt_at, o.result_id,
-	o.evidence_at, o.acked_at, o.reason, o.lane, o.trace_id, o.created_at, o.updated_at,
+	o.evidence_at, o.acked_at, o.reason, o.lane, o.trace_id, o.span_id, o.created_at, o.updated_at,
 	o.retain_until`
 
 func operationFields(o *gate.Operation) []any {
@@ -55,7 +55,7 @@ func operationFields(o *gate.Operation) []any {
 		&o.FingerprintVersion, &o.ConflictOf, &o.State, &o.Shape, &o.DeadLetterPolicy,
 		&o.ContractVersion, &o.IdempotencyKey, &o.Fence, &o.Owner, &o.LeaseStart, &o.LeaseDeadline,
 		&o.LeaseExtensions, &o.DeliveryCount, &o.AttemptCount, &o.FirstAttemptAt, &o.ResultID,
-		&o.EvidenceAt, &o.AckedAt, &o.Reason, &o.Lane, &o.TraceID, &o.CreatedAt, &o.UpdatedAt,
+		&o.EvidenceAt, &o.AckedAt, &o.Reason, &o.Lane, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt,
 		&o.RetainUntil}
 }
 
@@ -103,9 +103,9 @@ const insertOperationSQL = `
 INSERT INTO operations (id, scope_key, tenant, route, key_source, key, fingerprint,
 	fingerprint_version, conflict_of, state, shape, dead_letter_policy, contract_version,
 	idempotency_key, fence, owner, lease_start, lease_deadline, lease_extensions, result_id,
-	evidence_at, acked_at, reason, lane, trace_id, created_at, updated_at, retain_until)
+	evidence_at, acked_at, reason, lane, trace_id, span_id, created_at, updated_at, retain_until)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-	$21, $22, $23, $24, $25, $26, $27, $28)`
+	$21, $22, $23, $24, $25, $26, $27, $28, $29)`
 
 // insertOperationArgs leaves the counters and first_attempt_at out: the
 // statements that insert deliveries and attempts maintain them.
@@ -114,7 +114,7 @@ func insertOperationArgs(o *gate.Operation) []any {
 		o.FingerprintVersion, nullIfEmpty(o.ConflictOf), o.State, o.Shape, o.DeadLetterPolicy,
 		o.ContractVersion, o.IdempotencyKey, o.Fence, o.Owner, o.LeaseStart, o.LeaseDeadline,
 		o.LeaseExtensions, o.ResultID, o.EvidenceAt, o.AckedAt, o.Reason, o.Lane, o.TraceID,
-		o.CreatedAt, o.UpdatedAt, o.RetainUntil}
+		o.SpanID, o.CreatedAt, o.UpdatedAt, o.RetainUntil}
 }
 
 // Create costs one round trip and one commit (see Ledger). The row is inserted

@@ -6,6 +6,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/exaring/otelpgx"
+	"go.opentelemetry.io/otel/trace"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -97,8 +99,15 @@ func SchemaCurrent(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 
 // OpenPool connects to Postgres and checks the connection once, so a wrong URL
 // or a down server fails at start-up rather than on the first delivery.
-func OpenPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.New(ctx, databaseURL)
+func OpenPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open pool: %w", err)
+	}
+	for _, o := range opts {
+		o(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open pool: %w", err)
 	}
@@ -107,4 +116,16 @@ func OpenPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("storage: open pool: %w", err)
 	}
 	return pool, nil
+}
+
+// PoolOption adjusts the pool's configuration before it connects.
+type PoolOption func(*pgxpool.Config)
+
+// WithTracing gives every query a client span under the caller's span, via
+// otelpgx. Query parameters are left out of the spans: they carry message
+// keys and evidence, which belong in the ledger, not in a tracing backend.
+func WithTracing(tp trace.TracerProvider) PoolOption {
+	return func(c *pgxpool.Config) {
+		c.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+	}
 }
