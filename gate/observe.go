@@ -27,8 +27,8 @@ type Recorder interface {
 type noRecorder struct{}
 
 func (noRecorder) Delivered(context.Context, *Route, Broker, Decision, time.Duration) {}
-func (noRecorder) Transitioned(context.Context, *Route, []Step)                      {}
-func (noRecorder) Contended(context.Context, *Route)                                 {}
+func (noRecorder) Transitioned(context.Context, *Route, []Step)                       {}
+func (noRecorder) Contended(context.Context, *Route)                                  {}
 func (noRecorder) Downstream(context.Context, *Route, AttemptKind, Outcome, time.Duration) {
 }
 

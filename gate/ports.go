@@ -106,7 +106,7 @@ type Operation struct {
 	// Reason is the latest negative-ack, terminal or indeterminate reason.
 	Reason string `json:"reason,omitempty"`
 	// Lane names who settles an indeterminate operation ("operator").
-	Lane        string    `json:"lane,omitempty"`
+	Lane    string `json:"lane,omitempty"`
 	TraceID string `json:"trace_id,omitempty"`
 	// SpanID is the first delivery's span, the target of later deliveries'
 	// span links.
