@@ -29,6 +29,8 @@ type AdminOptions struct {
 	Evidence EvidenceStore
 	Routes   []*gate.Route
 	Logger   *slog.Logger
+	// Metrics serves GET /metrics (Prometheus), behind the same token.
+	Metrics http.Handler
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route
@@ -36,6 +38,11 @@ type AdminOptions struct {
 func NewAdmin(o AdminOptions) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			writeProblem(w, http.StatusNotFound, "metrics are not enabled in this process")
+		})
 	}
 	r := chi.NewRouter()
 	addAdminRoutes(r, &o)

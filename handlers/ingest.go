@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
 )
@@ -33,6 +35,11 @@ type IngestOptions struct {
 	Logger *slog.Logger
 	// FinishTimeout bounds post-ack bookkeeping per delivery.
 	FinishTimeout time.Duration
+	// Tracer, Propagators and Metrics are optional: the delivery's server
+	// span, where its parent comes from, and the count of statuses returned.
+	Tracer      trace.Tracer
+	Propagators propagation.TextMapPropagator
+	Metrics     ResponseRecorder
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -72,55 +79,79 @@ func handleReadyz(o *IngestOptions) http.HandlerFunc {
 
 func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
 		name := chi.URLParam(r, "route")
 		route, ok := o.Routes[name]
 		if !ok || route.Broker != gate.BrokerPubSub {
-			o.finish(w, r, nil, unknownRoute(gate.BrokerPubSub, name))
+			o.refuse(w, r, gate.BrokerPubSub, nil, arrived, unknownRoute(gate.BrokerPubSub, name))
 			return
 		}
 		body, err := readBody(w, r, o.MaxBodyBytes)
 		if err != nil {
-			o.finish(w, r, route, fromRejection(err))
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return
 		}
 		msg, err := decodePubSub(body)
 		if err != nil {
-			o.finish(w, r, route, fromRejection(err))
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return
 		}
+		ctx, span := o.startDelivery(r, gate.BrokerPubSub, route, msg, arrived)
 		if len(route.Sources) > 0 && !slices.Contains(route.Sources, msg.Source) {
-			o.finish(w, r, route, fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "subscription is not allowed on this route"}))
+			out := fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "subscription is not allowed on this route"})
+			_, status := o.finish(ctx, w, gate.BrokerPubSub, route, out)
+			endDelivery(span, out, status)
 			return
 		}
-		res, err := o.Gate.Deliver(r.Context(), route, msg)
-		if err != nil {
-			o.Logger.ErrorContext(r.Context(), "delivery failed", "route", route.Name, "message_id", msg.MessageID, "err", err)
-		}
-		sent := o.finish(w, r, route, fromGate(res, err))
-		if res != nil {
-			// The response is out; what follows cannot change it.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), o.FinishTimeout)
-			defer cancel()
-			res.Finish(ctx, o.Logger, sent)
-		}
+		o.deliver(ctx, w, span, route, msg)
 	}
 }
 
-// finish writes the answer and logs it without message content. It reports
-// whether the answer reached the connection.
-func (o *IngestOptions) finish(w http.ResponseWriter, r *http.Request, route *gate.Route, out outcome) bool {
-	status, sent := writeOutcome(w, out)
+// deliver hands a decoded, authenticated message to the gate, answers the
+// broker, and then runs the gate's post-response bookkeeping.
+func (o *IngestOptions) deliver(ctx context.Context, w http.ResponseWriter, span trace.Span, route *gate.Route, msg *gate.Message) {
+	res, err := o.Gate.Deliver(ctx, route, msg)
+	if err != nil {
+		o.Logger.ErrorContext(ctx, "delivery failed", "route", route.Name, "message_id", msg.MessageID, "err", err)
+	}
+	out := fromGate(res, err)
+	sent, status := o.finish(ctx, w, msg.Broker, route, out)
+	endDelivery(span, out, status)
+	if res != nil {
+		// The response is out; what follows cannot change it.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.FinishTimeout)
+		defer cancel()
+		res.Finish(fctx, o.Logger, sent)
+	}
+}
+
+// refuse answers a request that never reached the gate (unknown route, a
+// body that is not an envelope), under a span whose parent can only come from
+// the request headers.
+func (o *IngestOptions) refuse(w http.ResponseWriter, r *http.Request, b gate.Broker, route *gate.Route, arrived time.Time, out outcome) {
+	ctx, span := o.startDelivery(r, b, route, nil, arrived)
+	_, status := o.finish(ctx, w, b, route, out)
+	endDelivery(span, out, status)
+}
+
+// finish writes the answer, counts its status and logs it without message
+// content. It reports whether the answer reached the connection.
+func (o *IngestOptions) finish(ctx context.Context, w http.ResponseWriter, b gate.Broker, route *gate.Route, out outcome) (sent bool, status int) {
+	status, sent = writeOutcome(w, out)
 	level := slog.LevelInfo
 	if out.decision != gate.Ack {
 		level = slog.LevelWarn
 	}
-	routeName := chi.URLParam(r, "route")
+	routeName := "unknown" // a name no route has is never a label or a log field
 	if route != nil {
 		routeName = route.Name
 	}
-	o.Logger.Log(r.Context(), level, "delivery answered", "route", truncate(routeName, 64), "status", status,
+	if o.Metrics != nil {
+		o.Metrics.Response(ctx, b, routeName, status)
+	}
+	o.Logger.Log(ctx, level, "delivery answered", "broker", b, "route", routeName, "status", status,
 		"decision", out.decision, "reason", out.reason, "operation_id", out.operationID, "state", out.state, "sent", sent)
-	return sent
+	return sent, status
 }
 
 // readBody reads at most limit bytes; a larger body is refused with 413

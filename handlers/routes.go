@@ -1,6 +1,10 @@
 package handlers
 
-import "github.com/go-chi/chi/v5"
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+)
 
 // The whole HTTP surface, one listener per function, so a reader (and the
 // openapi.yaml test) sees every path in one place.
@@ -17,4 +21,5 @@ func addAdminRoutes(r chi.Router, o *AdminOptions) {
 	r.Get("/v1/operations/{id}", handleGetOperation(o))
 	r.Get("/v1/routes", handleListRoutes(o))
 	r.Get("/v1/routes/{name}", handleGetRoute(o))
+	r.Method(http.MethodGet, "/metrics", o.Metrics)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ackgate/ackgate/config"
@@ -19,6 +20,7 @@ import (
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
 )
 
 func loadConfig(getenv func(string) string) (config.Settings, []*gate.Route, error) {
@@ -82,12 +84,23 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err := s.ValidateServe(); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.LogLevel}))
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.LogLevel})))
 	for _, w := range config.AuthNoneWarnings(routes) {
 		log.Warn(w)
 	}
+	tel, err := telemetry.Setup(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
 
-	pool, err := storage.OpenPool(ctx, s.DatabaseURL)
+	pool, err := storage.OpenPool(ctx, s.DatabaseURL, storage.WithTracing(tel.TracerProvider))
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
@@ -98,13 +111,28 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	}
 	rdb := redis.NewUniversalClient(ropts)
 	defer rdb.Close()
+	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tel.TracerProvider)); err != nil {
+		return fmt.Errorf("redis tracing: %w", err)
+	}
 
 	ledger := storage.NewLedger(pool)
-	effects := downstream.New(downstream.Options{})
+	err = tel.Metrics.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
+		counts, err := ledger.LaneCounts(ctx)
+		lanes := make([]telemetry.Lane, len(counts))
+		for i, c := range counts {
+			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
+		}
+		return lanes, err
+	})
+	if err != nil {
+		return err
+	}
+	effects := downstream.New(downstream.Options{TracerProvider: tel.TracerProvider, Propagators: tel.Propagators})
 	defer effects.CloseIdleConnections()
 	g := &gate.Gate{
 		Ledger: ledger, Reservations: storage.NewReservations(rdb), Effects: effects,
 		Owner: s.InstanceID, Now: time.Now, Logger: log, NewToken: token,
+		Tracer: tel.TracerProvider.Tracer("github.com/ackgate/ackgate/gate"), Recorder: tel.Metrics,
 	}
 	byName := make(map[string]*gate.Route, len(routes))
 	for _, r := range routes {
@@ -129,6 +157,8 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	ingest := &http.Server{
 		Handler: handlers.NewIngest(handlers.IngestOptions{
 			Gate: g, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: ready, Logger: log,
+			Tracer:      tel.TracerProvider.Tracer("github.com/ackgate/ackgate/handlers"),
+			Propagators: tel.Propagators, Metrics: tel.Metrics,
 		}),
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
@@ -137,6 +167,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	admin := &http.Server{
 		Handler: handlers.NewAdmin(handlers.AdminOptions{
 			Token: s.AdminToken, Evidence: ledger, Routes: routes, Logger: log,
+			Metrics: tel.MetricsHandler,
 		}),
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,

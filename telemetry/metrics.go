@@ -1,0 +1,150 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// Metrics holds the gateway's instruments. Route names label every series;
+// they come from the routes file, never from a request, so their number is
+// bounded (an unknown route is counted as "unknown").
+type Metrics struct {
+	deliveries  metric.Int64Counter
+	responses   metric.Int64Counter
+	transitions metric.Int64Counter
+	contended   metric.Int64Counter
+	downstream  metric.Float64Histogram
+	gate        metric.Float64Histogram
+	meter       metric.Meter
+}
+
+var _ gate.Recorder = (*Metrics)(nil)
+
+// NewMetrics creates the instruments on mp.
+func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+	m := &Metrics{meter: mp.Meter("github.com/ackgate/ackgate")}
+	var err error
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		m.deliveries, e = m.meter.Int64Counter("ackgate.deliveries",
+			metric.WithDescription("Deliveries the gate answered, by broker, route and decision (ack, nack, reject)."))
+		return
+	})
+	mk(func() (e error) {
+		m.responses, e = m.meter.Int64Counter("ackgate.responses",
+			metric.WithDescription("HTTP statuses returned to brokers on the push endpoints."))
+		return
+	})
+	mk(func() (e error) {
+		m.transitions, e = m.meter.Int64Counter("ackgate.transitions",
+			metric.WithDescription("Committed state transitions of operations, by route, from and to state."))
+		return
+	})
+	mk(func() (e error) {
+		m.contended, e = m.meter.Int64Counter("ackgate.reservation.contended",
+			metric.WithDescription("Deliveries turned away because another owner held the operation's lease."))
+		return
+	})
+	mk(func() (e error) {
+		m.downstream, e = m.meter.Float64Histogram("ackgate.downstream.duration", metric.WithUnit("s"),
+			metric.WithDescription("Downstream effect calls and lookups, by route, kind and outcome."))
+		return
+	})
+	mk(func() (e error) {
+		m.gate, e = m.meter.Float64Histogram("ackgate.gate.duration", metric.WithUnit("s"),
+			metric.WithDescription("Time the gate spent on a delivery, downstream calls excluded: ledger, Redis and decisions."))
+		return
+	})
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	return m, nil
+}
+
+// Delivered implements gate.Recorder.
+func (m *Metrics) Delivered(ctx context.Context, r *gate.Route, b gate.Broker, d gate.Decision, gateTime time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("broker", string(b)), attribute.String("route", r.Name), attribute.String("decision", string(d)))
+	m.deliveries.Add(ctx, 1, attrs)
+	m.gate.Record(ctx, gateTime.Seconds(), attrs)
+}
+
+// Transitioned implements gate.Recorder.
+func (m *Metrics) Transitioned(ctx context.Context, r *gate.Route, steps []gate.Step) {
+	for _, s := range steps {
+		from := string(s.From)
+		if from == "" {
+			from = "new"
+		}
+		m.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("route", r.Name),
+			attribute.String("from", from), attribute.String("to", string(s.To))))
+	}
+}
+
+// Contended implements gate.Recorder.
+func (m *Metrics) Contended(ctx context.Context, r *gate.Route) {
+	m.contended.Add(ctx, 1, metric.WithAttributes(attribute.String("route", r.Name)))
+}
+
+// Downstream implements gate.Recorder.
+func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptKind, o gate.Outcome, took time.Duration) {
+	m.downstream.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("route", r.Name),
+		attribute.String("kind", string(k)), attribute.String("outcome", string(o))))
+}
+
+// Response counts a status returned on a push endpoint. route is "unknown"
+// when the request named a route the gateway does not have.
+func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
+	m.responses.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
+		attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+}
+
+// Lane is how many operations of a route are open in one state.
+type Lane struct {
+	Route string
+	State gate.State
+	N     int64
+}
+
+// ObserveLanes registers the lane gauge: operations now pending an effect or
+// indeterminate, per route, read from the ledger at collection time (so every
+// replica reports the same, shared numbers; alert on max, not sum). Routes
+// whose lanes are empty report 0 so an alert can see them clear.
+func (m *Metrics) ObserveLanes(routes []*gate.Route, count func(ctx context.Context) ([]Lane, error)) error {
+	g, err := m.meter.Int64ObservableGauge("ackgate.operations.open",
+		metric.WithDescription("Operations now waiting in the pending_effect or effect_indeterminate lane, per route (read from the ledger)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: lane gauge: %w", err)
+	}
+	_, err = m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		lanes, err := count(ctx)
+		if err != nil {
+			return err
+		}
+		seen := map[[2]string]int64{}
+		for _, l := range lanes {
+			seen[[2]string{l.Route, string(l.State)}] = l.N
+		}
+		for _, r := range routes {
+			for _, st := range []gate.State{gate.StatePendingEffect, gate.StateEffectIndeterminate} {
+				o.ObserveInt64(g, seen[[2]string{r.Name, string(st)}],
+					metric.WithAttributes(attribute.String("route", r.Name), attribute.String("state", string(st))))
+			}
+		}
+		return nil
+	}, g)
+	if err != nil {
+		return fmt.Errorf("telemetry: lane gauge: %w", err)
+	}
+	return nil
+}
