@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,7 +19,13 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/downstream"
@@ -26,6 +33,7 @@ import (
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/testenv"
 	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
 )
 
 // clock is the gate's injected clock; tests move it to cross a dedupe window
@@ -66,14 +74,20 @@ type effectServer struct {
 	lookupDown  bool
 	lookupCalls atomic.Int64
 	effectCalls atomic.Int64
+	// spans are the downstream's own server spans.
+	spans *tracetest.InMemoryExporter
 }
 
 func newEffectServer(t testing.TB, dedupe bool) *effectServer {
-	e := &effectServer{t: t, dedupe: dedupe, effects: map[string]string{}}
+	e := &effectServer{t: t, dedupe: dedupe, effects: map[string]string{}, spans: tracetest.NewInMemoryExporter()}
 	r := chi.NewRouter()
 	r.Post("/effects", e.handleEffect)
 	r.Get("/effects/{key}", e.handleLookup)
-	e.srv = httptest.NewServer(r)
+	// The downstream is instrumented on its own, as a real service would be:
+	// its spans join the gateway's trace only through the traceparent header.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(e.spans))
+	e.srv = httptest.NewServer(otelhttp.NewHandler(r, "downstream",
+		otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{})))
 	t.Cleanup(e.srv.Close)
 	return e
 }
@@ -189,6 +203,9 @@ type env struct {
 	routes map[string]*gate.Route
 	ingest *httptest.Server
 	admin  *httptest.Server
+	tel    *telemetry.Telemetry
+	spans  *tracetest.InMemoryExporter
+	logs   *syncBuffer
 }
 
 const adminToken = "test-admin-token-0123456789"
@@ -219,13 +236,23 @@ func routeYAML(name, shape, deadLetter, extra string) string {
 func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, clock: &clock{}}
+	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &syncBuffer{}}
+	// Every test gateway is fully instrumented: spans into memory, metrics
+	// into a Prometheus registry, JSON logs into a buffer.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(e.spans))
+	tel, err := telemetry.WithPrometheus(tp, resource.Empty())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tel = tel
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+
 	e.down = newEffectServer(t, dedupe)
 	e.dbURL = testenv.DatabaseURL(t)
 	if err := storage.Migrate(ctx, e.dbURL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	pool, err := storage.OpenPool(ctx, e.dbURL)
+	pool, err := storage.OpenPool(ctx, e.dbURL, storage.WithTracing(tp))
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
@@ -234,6 +261,9 @@ func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
 	e.ledger = storage.NewLedger(pool)
 	e.rdb = redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
 	t.Cleanup(func() { e.rdb.Close() })
+	if err := redisotel.InstrumentTracing(e.rdb, redisotel.WithTracerProvider(tp)); err != nil {
+		t.Fatal(err)
+	}
 
 	yaml := strings.ReplaceAll("routes:\n"+routesYAML, "{{DOWN}}", e.down.URL())
 	routes, err := config.ParseRoutes([]byte(yaml))
@@ -244,23 +274,54 @@ func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
 	for _, r := range routes {
 		e.routes[r.Name] = r
 	}
-	effects := downstream.New(downstream.Options{})
+	err = tel.Metrics.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
+		counts, err := e.ledger.LaneCounts(ctx)
+		lanes := make([]telemetry.Lane, len(counts))
+		for i, c := range counts {
+			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
+		}
+		return lanes, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := downstream.New(downstream.Options{TracerProvider: tp, Propagators: tel.Propagators})
 	t.Cleanup(effects.CloseIdleConnections)
 	var n atomic.Int64
 	e.gate = &gate.Gate{
 		Ledger: e.ledger, Reservations: storage.NewReservations(e.rdb), Effects: effects,
-		Owner: "test", Now: e.clock.Now,
+		Owner: "test", Now: e.clock.Now, Logger: log,
 		NewToken: func() string { return fmt.Sprint(n.Add(1)) },
+		Tracer:   tp.Tracer("gate"), Recorder: tel.Metrics,
 	}
 	e.ingest = httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
-		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10,
+		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10, Logger: log,
+		Tracer: tp.Tracer("handlers"), Propagators: tel.Propagators, Metrics: tel.Metrics,
 	}))
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
-		Token: adminToken, Evidence: e.ledger, Routes: routes,
+		Token: adminToken, Evidence: e.ledger, Routes: routes, Logger: log, Metrics: tel.MetricsHandler,
 	}))
 	t.Cleanup(e.admin.Close)
 	return e
+}
+
+// syncBuffer collects log output written from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // msg is a Pub/Sub message as a test writes it.

@@ -69,7 +69,17 @@ func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) 
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	}
 	tp := sdktrace.NewTracerProvider(topts...)
+	t, err := WithPrometheus(tp, res)
+	if err != nil {
+		return nil, err
+	}
+	t.shutdown = append([]func(context.Context) error{tp.Shutdown}, t.shutdown...)
+	return t, nil
+}
 
+// WithPrometheus wires tp with a meter provider whose instruments are served
+// in the Prometheus format by MetricsHandler, from a registry of its own.
+func WithPrometheus(tp trace.TracerProvider, res *resource.Resource) (*Telemetry, error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -81,7 +91,7 @@ func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) 
 		return nil, err
 	}
 	t.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	t.shutdown = append(t.shutdown, tp.Shutdown, mp.Shutdown)
+	t.shutdown = append(t.shutdown, mp.Shutdown)
 	return t, nil
 }
 

@@ -148,6 +148,28 @@ func TestRunMigrateServeAndShutdown(t *testing.T) {
 	if code := pushTo(t, env["GATEWAY_LISTEN_ADDR"], "m-1"); code != http.StatusNoContent {
 		t.Fatalf("push: %d", code)
 	}
+
+	// The operator's view from a shell: find the operation, show its record
+	// with the delivery's trace id.
+	var list bytes.Buffer
+	if err := run(ctx, []string{"ops", "list", "-message_id", "m-1"}, env.get, &list, io.Discard); err != nil {
+		t.Fatalf("ops list: %v", err)
+	}
+	fields := strings.Fields(strings.Split(list.String(), "\n")[1])
+	if len(fields) != 6 || !strings.HasPrefix(fields[0], "op_") || fields[2] != "ack_pending" && fields[2] != "acknowledged" {
+		t.Fatalf("ops list:\n%s", list.String())
+	}
+	var show bytes.Buffer
+	if err := run(ctx, []string{"ops", "show", fields[0]}, env.get, &show, io.Discard); err != nil {
+		t.Fatalf("ops show: %v", err)
+	}
+	if !strings.Contains(show.String(), "trace id") || !strings.Contains(show.String(), fields[5]) || len(fields[5]) != 32 ||
+		!strings.Contains(show.String(), "effect_confirmed") {
+		t.Fatalf("ops show lacks the trace id %s or the transitions:\n%s", fields[5], show.String())
+	}
+	if err := run(ctx, []string{"ops", "show", "op_missing"}, env.get, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("ops show of a missing operation: %v", err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve returned %v", err)

@@ -26,6 +26,8 @@ commands:
   serve          run the ingest and admin listeners
   migrate        apply the ledger's database migrations
   check-config   validate the settings and the routes file, then exit
+  ops show ID    print an operation's evidence record (from the admin API)
+  ops list       list operations: -route, -state, -message_id, -key, -limit, -cursor
 
 Settings come from GATEWAY_* environment variables; "gateway help env" lists them.
 `
@@ -44,6 +46,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, getenv, stdout)
 	case "check-config":
 		return checkConfig(getenv, stdout)
+	case "ops":
+		return ops(ctx, args[1:], getenv, stdout)
 	case "help", "-h", "--help":
 		return help(args[1:], stdout)
 	}
