@@ -77,7 +77,9 @@ func TestOneTraceFromPushToDownstream(t *testing.T) {
 		match func(tracetest.SpanStub) bool
 	}{
 		{"reservation", named("reserve")},
-		{"Redis command", func(s tracetest.SpanStub) bool { return hasAttr(s, "db.system", "redis") || hasAttr(s, "db.system.name", "redis") }},
+		{"Redis command", func(s tracetest.SpanStub) bool {
+			return hasAttr(s, "db.system", "redis") || hasAttr(s, "db.system.name", "redis")
+		}},
 		{"ledger find", named("ledger find")},
 		{"ledger claim", named("ledger claim")},
 		{"ledger settle", named("ledger settle")},
@@ -85,14 +87,18 @@ func TestOneTraceFromPushToDownstream(t *testing.T) {
 			return hasAttr(s, "db.system", "postgresql") || hasAttr(s, "db.system.name", "postgresql")
 		}},
 		{"downstream effect", named("downstream effect")},
-		{"downstream HTTP client span", func(s tracetest.SpanStub) bool { return s.SpanKind == trace.SpanKindClient && hasAttr(s, "http.request.method", "POST") }},
+		{"downstream HTTP client span", func(s tracetest.SpanStub) bool {
+			return s.SpanKind == trace.SpanKindClient && hasAttr(s, "http.request.method", "POST")
+		}},
 		{"ack decision", named("ack decision")},
 	} {
 		if _, ok := findSpan(spans, inTrace(want.match)); !ok {
 			t.Errorf("no %s span in the delivery's trace", want.what)
 		}
 	}
-	client, _ := findSpan(spans, inTrace(func(s tracetest.SpanStub) bool { return s.SpanKind == trace.SpanKindClient && hasAttr(s, "http.request.method", "POST") }))
+	client, _ := findSpan(spans, inTrace(func(s tracetest.SpanStub) bool {
+		return s.SpanKind == trace.SpanKindClient && hasAttr(s, "http.request.method", "POST")
+	}))
 	down := waitSpans(t, e.down.spans, func(s []tracetest.SpanStub) bool { return len(s) > 0 })
 	if got := down[0].SpanContext.TraceID(); got != tid {
 		t.Fatalf("downstream saw trace %s, the delivery is trace %s", got, tid)
