@@ -83,14 +83,6 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		errs.add("broker", "%q is not pubsub or sns", spec.Broker)
 		brokerOK = false
 	}
-	switch {
-	case spec.Auth == nil || *spec.Auth == "":
-		errs.add("auth", "required; write auth: none to accept unauthenticated deliveries")
-	case *spec.Auth == AuthNone:
-		r.Auth = AuthNone
-	default:
-		errs.add("auth", "%q is not implemented yet (only %q is available)", *spec.Auth, AuthNone)
-	}
 	r.Sources = sortedUnique(spec.Sources)
 	for _, s := range r.Sources {
 		switch r.Broker {
@@ -108,6 +100,7 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		}
 	}
 
+	buildAuth(r, spec, &errs)
 	buildKey(r, spec, &errs)
 	buildFingerprint(r, spec, &errs)
 

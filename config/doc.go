@@ -25,6 +25,10 @@
 //	GATEWAY_WRITE_TIMEOUT         60s; must exceed every route's ack_deadline
 //	GATEWAY_IDLE_TIMEOUT          120s
 //	GATEWAY_SHUTDOWN_TIMEOUT      25s, inside Kubernetes' default 30 s grace period
+//	GATEWAY_OIDC_JWKS_URL         https://www.googleapis.com/oauth2/v3/certs (keys of Pub/Sub push tokens)
+//	GATEWAY_SNS_TRUSTED_URL_PREFIXES
+//	                              empty; SNS emulators only: URL prefixes (ending in /)
+//	                              trusted for SigningCertURL and SubscribeURL
 //	GATEWAY_LOG_LEVEL             info (debug, info, warn, error)
 //	GATEWAY_INSTANCE_ID           the host name
 //
@@ -47,11 +51,23 @@
 //	name              required; a-z, 0-9, '-', '_', at most 63; unique
 //	tenant            "default"
 //	broker            required: pubsub | sns
-//	auth              required; only "none" is implemented so far, and every
-//	                  route using it is reported by AuthNoneWarnings
+//	auth              required: none | oidc (pubsub) | sns_signature | basic (sns);
+//	                  every route with none is reported by AuthNoneWarnings
+//	oidc              auth: oidc only: audience, service_account (the push
+//	                  subscription's), jwks_url (GATEWAY_OIDC_JWKS_URL)
+//	verification_token_env
+//	                  pubsub only, off by default: the environment variable
+//	                  holding the legacy ?token= value, checked as well
+//	basic_auth        auth: basic only: username_env, password_env
+//	pubsub_mode       pubsub: wrapped (default) | unwrapped (payload unwrapping
+//	                  with write metadata)
+//	raw_delivery      sns: false; true only with auth: basic, since raw
+//	                  messages carry no signature
 //	sources           subscriptions (projects/P/subscriptions/S) or topic ARNs;
-//	                  empty accepts any. FIFO topics are refused: SNS cannot
-//	                  deliver them over HTTP.
+//	                  empty accepts any, but sns_signature and basic routes
+//	                  must list their topics, and SNS subscriptions are
+//	                  confirmed only for listed topics. FIFO topics are
+//	                  refused: SNS cannot deliver them over HTTP.
 //	operation_key     kind: message_id (default) | attribute | json_pointer;
 //	                  name: the attribute, or the pointer ("/order/id")
 //	fingerprint       version: 1, data: true, attributes: [], pointers: []
@@ -108,6 +124,11 @@
 //     as long as the subscription retains messages (7 days by default, up to
 //     31), so retention defaults to that plus a day and may never be shorter.
 //     SNS retries for at most an hour, so 2 h is kept and 1 h is the minimum.
+//
+// Secrets (verification tokens, basic credentials) are never written in the
+// routes file: a route names the environment variables that hold them,
+// ResolveCredentials reads them once at start, and only the names are part of
+// the route's contract and of GET /v1/routes.
 //
 // Private attributes may still appear in fingerprint.attributes, since only
 // their hash is kept, but not as the operation key, which the ledger stores in

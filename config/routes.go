@@ -88,6 +88,13 @@ type routeSpec struct {
 	Retention       string           `yaml:"retention"`
 	BrokerRetention string           `yaml:"broker_retention"`
 	Private         []string         `yaml:"private"`
+
+	// Broker authentication and body form (auth.go).
+	OIDC                 *oidcSpec      `yaml:"oidc"`
+	VerificationTokenEnv string         `yaml:"verification_token_env"`
+	BasicAuth            *basicAuthSpec `yaml:"basic_auth"`
+	PubSubMode           string         `yaml:"pubsub_mode"`
+	RawDelivery          *bool          `yaml:"raw_delivery"`
 }
 
 type keySpec struct {
@@ -208,14 +215,17 @@ func AuthNoneWarnings(routes []*gate.Route) []string {
 		if len(r.Sources) == 0 {
 			w += ", from any subscription or topic (no sources are listed)"
 		}
+		if r.VerificationTokenEnv != "" {
+			w += "; only the legacy verification token is checked"
+		}
 		out = append(out, w)
 	}
 	return out
 }
 
-// AuthNone is the only authenticator implemented so far. It has to be written
-// out explicitly.
-const AuthNone = "none"
+// AuthNone accepts unauthenticated deliveries. It has to be written out
+// explicitly, and every route using it is reported by AuthNoneWarnings.
+const AuthNone = gate.AuthNone
 
 func routeLabel(name string, i int) string {
 	if name == "" {

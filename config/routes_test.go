@@ -85,7 +85,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := []*gate.Route{
 		{
-			Name: "r", Tenant: "default", Broker: gate.BrokerPubSub, Auth: "none",
+			Name: "r", Tenant: "default", Broker: gate.BrokerPubSub, Auth: "none", PubSubMode: gate.PubSubWrapped,
 			Key:         gate.KeySource{Kind: gate.KeyMessageID},
 			Fingerprint: gate.FingerprintSpec{Version: 1, Data: true},
 			Effect:      wantEffect,
@@ -166,7 +166,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"broker unknown", func(m map[string]any) { m["broker"] = "kafka" }, `route "r": broker: "kafka"`},
 		{"auth missing", func(m map[string]any) { delete(m, "auth") }, `route "r": auth: required`},
 		{"auth empty", func(m map[string]any) { m["auth"] = "" }, `route "r": auth: required`},
-		{"auth not implemented", func(m map[string]any) { m["auth"] = "google-oidc" }, `route "r": auth: "google-oidc" is not implemented yet`},
+		{"auth unknown", func(m map[string]any) { m["auth"] = "google-oidc" }, `route "r": auth: "google-oidc" is not an authenticator`},
 		{"pubsub source", func(m map[string]any) { m["sources"] = []string{"orders-sub"} }, `route "r": sources: "orders-sub"`},
 		{"sns source", func(m map[string]any) {
 			m["broker"] = "sns"
@@ -302,7 +302,7 @@ func TestAllErrorsAreReported(t *testing.T) {
 	for _, want := range []string{
 		`route "a": max_attempts:`,
 		`route "a": effect.url:`,
-		`route "b": auth: "sigv4" is not implemented yet`,
+		`route "b": auth: "sigv4" is not an authenticator`,
 		`route "a": name: already used by route #1`,
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -16,6 +16,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,11 @@ type Settings struct {
 	WriteTimeout      time.Duration `envconfig:"WRITE_TIMEOUT" default:"60s" desc:"http.Server WriteTimeout; must exceed every route's ack_deadline"`
 	IdleTimeout       time.Duration `envconfig:"IDLE_TIMEOUT" default:"120s" desc:"http.Server IdleTimeout"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"time given to in-flight deliveries on shutdown"`
+
+	// Broker authentication (package brokerauth). The trusted prefixes are
+	// for SNS emulators only and stay empty in production.
+	OIDCJWKSURL           string   `envconfig:"OIDC_JWKS_URL" default:"https://www.googleapis.com/oauth2/v3/certs" desc:"key set that signs Pub/Sub push tokens; a route's oidc.jwks_url overrides it"`
+	SNSTrustedURLPrefixes []string `envconfig:"SNS_TRUSTED_URL_PREFIXES" desc:"emulators only: URL prefixes (each ending in /) trusted for SNS SigningCertURL and SubscribeURL besides SNS's own hosts"`
 
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
@@ -157,6 +163,14 @@ func (s Settings) Validate() error {
 	}
 	if s.ReadHeaderTimeout > 0 && s.ReadTimeout > 0 && s.ReadHeaderTimeout > s.ReadTimeout {
 		add("READ_HEADER_TIMEOUT", "%s is longer than GATEWAY_READ_TIMEOUT (%s)", s.ReadHeaderTimeout, s.ReadTimeout)
+	}
+	if err := checkHTTPURL(s.OIDCJWKSURL); err != nil {
+		add("OIDC_JWKS_URL", "%v", err)
+	}
+	for _, p := range s.SNSTrustedURLPrefixes {
+		if err := brokerauth.CheckTrustedPrefix(p); err != nil {
+			add("SNS_TRUSTED_URL_PREFIXES", "%v", err)
+		}
 	}
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
@@ -274,6 +288,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("write_timeout", s.WriteTimeout),
 		slog.Duration("idle_timeout", s.IdleTimeout),
 		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
+		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
+		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.String("log_level", s.LogLevel.String()),
 		slog.String("instance_id", s.InstanceID),
 	)

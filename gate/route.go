@@ -10,6 +10,46 @@ const (
 	BrokerSNS    Broker = "sns"
 )
 
+// Authenticators a route may name.
+const (
+	// AuthNone accepts unauthenticated deliveries (development only).
+	AuthNone = "none"
+	// AuthOIDC verifies Pub/Sub push tokens (Authorization: Bearer).
+	AuthOIDC = "oidc"
+	// AuthSNSSignature verifies SNS message signatures.
+	AuthSNSSignature = "sns_signature"
+	// AuthBasic checks HTTP basic credentials (SNS endpoints may carry
+	// user:password); SNS messages that are signed are verified too.
+	AuthBasic = "basic"
+)
+
+// PubSubMode is how a Pub/Sub push subscription writes its body.
+type PubSubMode string
+
+const (
+	// PubSubWrapped is the JSON push envelope (Pub/Sub's default).
+	PubSubWrapped PubSubMode = "wrapped"
+	// PubSubUnwrapped is the raw message data as the body, with metadata in
+	// x-goog-pubsub-* headers and each attribute as a header (payload
+	// unwrapping with write metadata).
+	PubSubUnwrapped PubSubMode = "unwrapped"
+)
+
+// OIDCAuth is what a Pub/Sub push token must carry.
+type OIDCAuth struct {
+	Audience       string `json:"audience"`
+	ServiceAccount string `json:"service_account"`
+	// JWKSURL overrides the process's key set URL for this route.
+	JWKSURL string `json:"jwks_url,omitempty"`
+}
+
+// BasicAuthEnv names the environment variables that hold HTTP basic
+// credentials; the values never appear in the route.
+type BasicAuthEnv struct {
+	UsernameEnv string `json:"username_env"`
+	PasswordEnv string `json:"password_env"`
+}
+
 // Shape says what the downstream effect tolerates, which decides what the gate
 // may do after a lost response.
 type Shape string
@@ -104,10 +144,26 @@ type Route struct {
 	Name   string `json:"name"`
 	Tenant string `json:"tenant"`
 	Broker Broker `json:"broker"`
-	// Auth is the broker authenticator; "none" must be written out explicitly.
+	// Auth is the broker authenticator (AuthNone, AuthOIDC, AuthSNSSignature
+	// or AuthBasic); "none" must be written out explicitly.
 	Auth string `json:"auth"`
+	// OIDC is what a Pub/Sub push token must say, for AuthOIDC.
+	OIDC *OIDCAuth `json:"oidc,omitempty"`
+	// VerificationTokenEnv names the environment variable that holds the
+	// route's legacy Pub/Sub verification token (the ?token= query
+	// parameter). Only the name is part of the contract, never the value.
+	VerificationTokenEnv string `json:"verification_token_env,omitempty"`
+	// BasicAuth names the environment variables that hold the HTTP basic
+	// credentials of an AuthBasic route.
+	BasicAuth *BasicAuthEnv `json:"basic_auth,omitempty"`
+	// PubSubMode is the push body form of a Pub/Sub route.
+	PubSubMode PubSubMode `json:"pubsub_mode,omitempty"`
+	// RawDelivery accepts SNS raw message delivery, which carries no
+	// signature; only with AuthBasic.
+	RawDelivery bool `json:"raw_delivery,omitempty"`
 	// Subscriptions (Pub/Sub) or topic ARNs (SNS) allowed to feed the route;
-	// empty allows any.
+	// empty allows any. SNS subscriptions are confirmed only for topics
+	// listed here.
 	Sources []string `json:"sources,omitempty"`
 
 	Key         KeySource       `json:"operation_key"`
