@@ -48,6 +48,8 @@ type Options struct {
 type Client struct {
 	transport *http.Transport
 	http      *http.Client
+	// fresh never reuses a connection; unsafe effects go through it.
+	fresh *http.Client
 }
 
 var _ gate.Effects = (*Client)(nil)
@@ -74,6 +76,21 @@ func New(opts Options) *Client {
 	}
 	t := base.Clone()
 	http1Only(t)
+	// Unsafe effects get a connection of their own per call. On a reused
+	// keep-alive connection, a server closing it as idle at the moment the
+	// request goes out looks exactly like "sent, answer lost"; for an unsafe
+	// effect that means the operator lane, for nothing. A fresh connection
+	// costs a handshake and removes that race.
+	fresh := t.Clone()
+	fresh.DisableKeepAlives = true
+	return &Client{
+		transport: t,
+		http:      newHTTPClient(t, opts),
+		fresh:     newHTTPClient(fresh, opts),
+	}
+}
+
+func newHTTPClient(t *http.Transport, opts Options) *http.Client {
 	var rt http.RoundTripper = t
 	if opts.TracerProvider != nil {
 		// otelhttp wraps the body for byte counts but leaves GetBody unset,
@@ -84,13 +101,10 @@ func New(opts Options) *Client {
 		}
 		rt = otelhttp.NewTransport(t, popts...)
 	}
-	return &Client{
-		transport: t,
-		http: &http.Client{
-			Transport: rt,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
+	return &http.Client{
+		Transport: rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
 		},
 	}
 }
@@ -135,7 +149,11 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 	}
 	setHeaders(hreq, spec, req, contentType)
 
-	resp, err := c.http.Do(hreq)
+	hc := c.http
+	if req.Route.Shape == gate.ShapeUnsafe {
+		hc = c.fresh
+	}
+	resp, err := hc.Do(hreq)
 	if err != nil {
 		outcome, reason := lost(ctx, spec, &tr, err)
 		return gate.EffectResult{Outcome: outcome, Reason: bound(reason)}

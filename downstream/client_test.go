@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -700,5 +702,45 @@ func TestExecuteSpeaksHTTP1OverTLS(t *testing.T) {
 	defer mu.Unlock()
 	if len(protos) != 3 || protos[0] != 2 || protos[1] != 1 || protos[2] != 2 {
 		t.Fatalf("protocol majors %v; want [2 1 2]: HTTP/2 offered, HTTP/1.1 used, base untouched", protos)
+	}
+}
+
+// An unsafe effect never rides a reused connection, where a server's idle
+// close would look like a lost answer; other shapes keep the pool.
+func TestUnsafeEffectsUseFreshConnections(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Result-Id", "r")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := downstream.New(downstream.Options{})
+	t.Cleanup(client.CloseIdleConnections)
+	for _, tc := range []struct {
+		shape gate.Shape
+		want  int64
+	}{{gate.ShapeIdempotent, 1}, {gate.ShapeUnsafe, 3}} {
+		conns.Store(0)
+		client.CloseIdleConnections()
+		r := &gate.Route{Name: "r", Shape: tc.shape, Effect: gate.EffectSpec{URL: srv.URL, ResultIDHeader: "X-Result-Id"}}
+		for i := range 3 {
+			res := client.Execute(context.Background(), &gate.EffectRequest{
+				Route: r, Message: &gate.Message{Data: []byte("x")}, OperationID: "op", IdempotencyKey: fmt.Sprint(i), Fence: 1,
+			})
+			if res.Outcome != gate.OutcomeConfirmed {
+				t.Fatalf("%s call %d: %+v", tc.shape, i, res)
+			}
+		}
+		if got := conns.Load(); got != tc.want {
+			t.Errorf("%s: 3 calls used %d connections, want %d", tc.shape, got, tc.want)
+		}
 	}
 }
