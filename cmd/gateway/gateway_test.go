@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ackgate/ackgate/internal/testenv"
 )
 
@@ -286,4 +288,90 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Shutdown stops taking deliveries, lets one in flight finish inside the
+// deadline, and cuts off one that would outlive it: the broker sees a broken
+// connection (a nack), never an ack, and the ledger shows no ack either.
+func TestShutdownNeverAcksUnfinishedWork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		finishes   bool
+		wantStatus int
+	}{
+		{"in-flight delivery finishes inside the deadline", true, http.StatusNoContent},
+		{"delivery outliving the deadline is cut off", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			down := newDownstream(t)
+			down.hold.Store(true)
+			dbURL := testenv.DatabaseURL(t)
+			env := newGatewayEnv(t, dbURL, testenv.Redis(t), writeRoutes(t, down.srv.URL))
+			env["GATEWAY_SHUTDOWN_TIMEOUT"] = "1s"
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, []string{"serve"}, env.get, io.Discard, io.Discard) }()
+			addr := env["GATEWAY_LISTEN_ADDR"]
+			waitReady(t, addr)
+
+			answered := make(chan int, 1)
+			go func() { answered <- pushQuiet(addr, "m-inflight") }()
+			<-down.entered // the delivery is inside its downstream call
+			cancel()       // SIGTERM
+			// New deliveries are refused once the listener is closed.
+			deadline := time.Now().Add(10 * time.Second)
+			for pushQuiet(addr, "m-late") != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the gateway kept taking deliveries after shutdown began")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if tc.finishes {
+				close(down.release)
+			}
+			got := <-answered
+			if !tc.finishes {
+				close(down.release)
+			}
+			<-done
+			if got != tc.wantStatus {
+				t.Fatalf("in-flight delivery got %d, want %d (0: connection cut)", got, tc.wantStatus)
+			}
+			if !tc.finishes {
+				pool, err := pgxpool.New(context.Background(), dbURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pool.Close()
+				var acked int
+				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM operations WHERE state IN ('ack_pending', 'acknowledged')`).Scan(&acked); err != nil {
+					t.Fatal(err)
+				}
+				if acked != 0 {
+					t.Fatal("a delivery cut off at shutdown was recorded as acked")
+				}
+			}
+		})
+	}
+}
+
+// pushQuiet pushes one delivery and returns its status, or 0 when the
+// connection failed.
+func pushQuiet(addr, id string) int {
+	body, _ := json.Marshal(map[string]any{
+		"message":      map[string]any{"data": base64.StdEncoding.EncodeToString([]byte("hello")), "messageId": id},
+		"subscription": "projects/p/subscriptions/s",
+	})
+	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/orders", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
