@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/testenv"
 	"github.com/ackgate/ackgate/storage"
 )
 
@@ -72,19 +74,11 @@ func TestRedeliverAfterSuccessfulAcknowledgment(t *testing.T) {
 	if n := e.down.effectCalls.Load(); n != 1 {
 		t.Fatalf("downstream called %d times, want 1", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec := e.record(id)
-		if len(rec.Deliveries) == 2 {
-			if rec.Deliveries[1].Anomaly != "redelivered_after_ack" || rec.Deliveries[1].Decision != gate.Ack {
-				t.Fatalf("second delivery = %+v", rec.Deliveries[1])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redelivery never recorded: %+v", rec.Deliveries)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var rec *storage.Record
+	testenv.Eventually(t, 10*time.Second, func() bool { rec = e.record(id); return len(rec.Deliveries) == 2 },
+		func() string { return fmt.Sprintf("redelivery never recorded: %+v", rec.Deliveries) })
+	if d := rec.Deliveries[1]; d.Anomaly != "redelivered_after_ack" || d.Decision != gate.Ack {
+		t.Fatalf("second delivery = %+v", d)
 	}
 }
 
@@ -367,17 +361,13 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	}
 	// The stale owner's lease loss is kept apart from the effect: its delivery
 	// is answered nack, fenced, while the operation is the winner's.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d := e.record(id).Deliveries
-		if len(d) == 2 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") && d[1].Decision == gate.Ack {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deliveries = %+v, want the stale one answered nack (fenced) and the winner's ack", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var d []gate.Delivery
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		d = e.record(id).Deliveries
+		return len(d) == 2 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") && d[1].Decision == gate.Ack
+	}, func() string {
+		return fmt.Sprintf("deliveries = %+v, want the stale one answered nack (fenced) and the winner's ack", d)
+	})
 	if fences := e.down.Fences(); len(fences) != 2 || fences[0] == fences[1] {
 		t.Fatalf("downstream saw fences %v, want two different", fences)
 	}

@@ -205,7 +205,7 @@ type env struct {
 	admin  *httptest.Server
 	tel    *telemetry.Telemetry
 	spans  *tracetest.InMemoryExporter
-	logs   *syncBuffer
+	logs   *testenv.SyncBuffer
 }
 
 const adminToken = "test-admin-token-0123456789"
@@ -236,7 +236,7 @@ func routeYAML(name, shape, deadLetter, extra string) string {
 func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &syncBuffer{}}
+	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &testenv.SyncBuffer{}}
 	// Every test gateway is fully instrumented: spans into memory, metrics
 	// into a Prometheus registry, JSON logs into a buffer.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(e.spans))
@@ -304,24 +304,6 @@ func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
 	}))
 	t.Cleanup(e.admin.Close)
 	return e
-}
-
-// syncBuffer collects log output written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // msg is a Pub/Sub message as a test writes it.
@@ -399,17 +381,10 @@ func (e *env) record(id string) *storage.Record {
 // assuming it already happened.
 func (e *env) waitState(id string, want gate.State) *storage.Record {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec := e.record(id)
-		if rec.Operation.State == want {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("operation %s stayed %s, want %s", id, rec.Operation.State, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var rec *storage.Record
+	testenv.Eventually(e.t, 10*time.Second, func() bool { rec = e.record(id); return rec.Operation.State == want },
+		func() string { return fmt.Sprintf("operation %s stayed %s, want %s", id, rec.Operation.State, want) })
+	return rec
 }
 
 func (e *env) adminGet(path string, v any) int {

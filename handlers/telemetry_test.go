@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -14,27 +15,22 @@ import (
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/testenv"
 )
 
 // waitSpans returns the recorded spans once want(spans) holds: some spans
 // end after the response (post-ack bookkeeping), so tests wait for them.
 func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, want func([]tracetest.SpanStub) bool) []tracetest.SpanStub {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		spans := exp.GetSpans()
-		if want(spans) {
-			return spans
+	var spans []tracetest.SpanStub
+	testenv.Eventually(t, 10*time.Second, func() bool { spans = exp.GetSpans(); return want(spans) }, func() string {
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.Name)
 		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, s := range spans {
-				names = append(names, s.Name)
-			}
-			t.Fatalf("spans never matched; have %v", names)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("spans never matched; have %v", names)
+	})
+	return spans
 }
 
 func findSpan(spans []tracetest.SpanStub, match func(tracetest.SpanStub) bool) (tracetest.SpanStub, bool) {

@@ -100,20 +100,17 @@ func newGatewayEnv(t *testing.T, dbURL, redisAddr, routes string) gatewayEnv {
 
 func waitReady(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last string
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			last = err.Error()
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway at %s never became ready (last: %v)", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK
+	}, func() string { return fmt.Sprintf("gateway at %s never became ready (last: %s)", addr, last) })
 }
 
 func pushTo(t *testing.T, addr, id string) int {
@@ -144,7 +141,7 @@ func TestRunMigrateServeAndShutdown(t *testing.T) {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() { done <- run(sctx, []string{"serve"}, env.get, io.Discard, &logs) }()
 	waitReady(t, env["GATEWAY_LISTEN_ADDR"])
 	if code := pushTo(t, env["GATEWAY_LISTEN_ADDR"], "m-1"); code != http.StatusNoContent {
@@ -207,7 +204,7 @@ func TestTwoProcessesOneEffect(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = env.list()
-		var logs syncBuffer
+		var logs testenv.SyncBuffer
 		cmd.Stderr = &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -272,24 +269,6 @@ func TestCheckConfigNamesRouteAndField(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Shutdown stops taking deliveries, lets one in flight finish inside the
 // deadline, and cuts off one that would outlive it: the broker sees a broken
 // connection (a nack), never an ack, and the ledger shows no ack either.
@@ -325,13 +304,8 @@ func TestShutdownNeverAcksUnfinishedWork(t *testing.T) {
 			<-down.entered // the delivery is inside its downstream call
 			cancel()       // SIGTERM
 			// New deliveries are refused once the listener is closed.
-			deadline := time.Now().Add(10 * time.Second)
-			for pushQuiet(addr, "m-late") != 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the gateway kept taking deliveries after shutdown began")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, func() bool { return pushQuiet(addr, "m-late") == 0 },
+				func() string { return "the gateway kept taking deliveries after shutdown began" })
 			if tc.finishes {
 				close(down.release)
 			}
