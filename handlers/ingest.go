@@ -40,6 +40,8 @@ type IngestOptions struct {
 	Tracer      trace.Tracer
 	Propagators propagation.TextMapPropagator
 	Metrics     ResponseRecorder
+	// Auth authenticates deliveries on routes whose auth is not none (auth.go).
+	Auth BrokerAuth
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -86,12 +88,17 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 			o.refuse(w, r, gate.BrokerPubSub, nil, arrived, unknownRoute(gate.BrokerPubSub, name))
 			return
 		}
+		if err := o.authenticatePubSub(r, route); err != nil {
+			challenge(w, route, err)
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromAuth(err))
+			return
+		}
 		body, err := readBody(w, r, o.MaxBodyBytes)
 		if err != nil {
 			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return
 		}
-		msg, err := decodePubSub(body)
+		msg, err := decodePubSubRequest(r.Header, route, body)
 		if err != nil {
 			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return

@@ -13,6 +13,7 @@ func addIngestRoutes(r chi.Router, o *IngestOptions) {
 	r.Get("/healthz", handleHealthz())
 	r.Get("/readyz", handleReadyz(o))
 	r.Post("/v1/push/pubsub/{route}", handlePubSubPush(o))
+	r.Post("/v1/push/sns/{route}", handleSNSPush(o))
 }
 
 func addAdminRoutes(r chi.Router, o *AdminOptions) {

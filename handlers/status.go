@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 )
 
@@ -86,6 +87,30 @@ func fromRejection(err error) outcome {
 		return outcome{decision: gate.Reject, status: rej.Status, reason: rej.Reason}
 	}
 	return outcome{decision: gate.Nack, reason: "internal error"}
+}
+
+// fromAuth sorts a failed broker authentication; nothing was executed or
+// recorded. A credential that cannot be checked right now (a certificate or
+// key set that cannot be fetched, an authenticator not configured) is a nack,
+// 503, because SNS drops a message on any 4xx. The rest are deliberate
+// rejections: 401 for a credential that is missing or does not verify, 403
+// for one that verifies but is not accepted on this route (audience, service
+// account, unverified email, a URL outside the allow-list), 400 for a body
+// that is not the broker's message format.
+func fromAuth(err error) outcome {
+	var e *brokerauth.Error
+	if !errors.As(err, &e) {
+		return outcome{decision: gate.Nack, reason: "internal error"}
+	}
+	switch e.Kind {
+	case brokerauth.Unauthenticated:
+		return outcome{decision: gate.Reject, status: http.StatusUnauthorized, reason: e.Reason}
+	case brokerauth.Forbidden:
+		return outcome{decision: gate.Reject, status: http.StatusForbidden, reason: e.Reason}
+	case brokerauth.Malformed:
+		return outcome{decision: gate.Reject, status: http.StatusBadRequest, reason: e.Reason}
+	}
+	return outcome{decision: gate.Nack, reason: e.Reason}
 }
 
 // AnswerBody is the JSON body of every non-ack answer to a broker.
