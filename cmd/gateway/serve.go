@@ -154,9 +154,13 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		}
 		return nil
 	}
+	auth, err := brokerAuth(s, routes, getenv, pool, log)
+	if err != nil {
+		return err
+	}
 	ingest := &http.Server{
 		Handler: handlers.NewIngest(handlers.IngestOptions{
-			Gate: g, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: ready, Logger: log,
+			Gate: g, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: ready, Logger: log, Auth: auth,
 			Tracer:      tel.TracerProvider.Tracer("github.com/ackgate/ackgate/handlers"),
 			Propagators: tel.Propagators, Metrics: tel.Metrics,
 		}),
