@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -1274,6 +1275,58 @@ serviceMonitor: {enabled: true}
 		}
 		if !produced {
 			t.Errorf("templates/%s renders nothing even with every feature on", name)
+		}
+	}
+}
+
+// leftToExtraEnv are the gateway settings the chart deliberately has no value
+// for; anything else `gateway help env` lists must be set by the chart.
+var leftToExtraEnv = map[string]string{
+	"GATEWAY_SNS_TRUSTED_URL_PREFIXES": "trusts extra certificate hosts; for SNS emulators only",
+}
+
+// TestChartCoversEverySetting compares the variables the gateway reads
+// (config.Usage, the table behind `gateway help env`) with those the chart
+// sets across its modes. A setting added to config/settings.go fails here
+// until the chart sets it (values.yaml, values.schema.json, deployment.yaml
+// and the list in ackgate.validate) or it is added to leftToExtraEnv with a
+// reason. Every variable the chart sets is also refused in extraEnv.
+func TestChartCoversEverySetting(t *testing.T) {
+	t.Parallel()
+	var usage strings.Builder
+	if err := config.Usage(&usage); err != nil {
+		t.Fatal(err)
+	}
+	gateway := map[string]bool{}
+	for _, v := range regexp.MustCompile(`\bGATEWAY_[A-Z0-9_]+\b`).FindAllString(usage.String(), -1) {
+		gateway[v] = true
+	}
+	if len(gateway) < 10 {
+		t.Fatalf("config.Usage listed only %v", gateway)
+	}
+	chart := map[string]bool{}
+	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}"} {
+		for k := range envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, extra)))) {
+			chart[k] = true
+		}
+	}
+	for v := range gateway {
+		if !chart[v] && leftToExtraEnv[v] == "" {
+			t.Errorf("the gateway reads %s but the chart never sets it", v)
+		}
+	}
+	for v := range chart {
+		if !gateway[v] {
+			t.Errorf("the chart sets %s, which the gateway does not read", v)
+		}
+		_, err := render(t, withExampleRoutes(t, fmt.Sprintf("extraEnv: [{name: %s, value: x}]", v)))
+		if err == nil || !strings.Contains(err.Error(), v+" is set by the chart") {
+			t.Errorf("extraEnv may override %s: %v", v, err)
+		}
+	}
+	for v := range leftToExtraEnv {
+		if !gateway[v] {
+			t.Errorf("leftToExtraEnv names %s, which the gateway no longer reads", v)
 		}
 	}
 }
