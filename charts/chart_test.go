@@ -1330,3 +1330,30 @@ func TestChartCoversEverySetting(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraEnvPassesThrough: route credentials and OTEL_* settings reach the
+// container as written, after the chart's own variables.
+func TestExtraEnvPassesThrough(t *testing.T) {
+	t.Parallel()
+	r := mustRender(t, withExampleRoutes(t, `
+extraEnv:
+  - name: OTEL_SERVICE_NAME
+    value: ackgate
+  - name: ORDERS_SNS_BASIC_PASSWORD
+    valueFrom:
+      secretKeyRef: {name: route-credentials, key: orders-password}
+extraEnvFrom:
+  - secretRef: {name: otel-headers}
+`))
+	c := gatewayContainer(t, r)
+	src := envSource(t, c)
+	if src["OTEL_SERVICE_NAME"] != "value:ackgate" || src["ORDERS_SNS_BASIC_PASSWORD"] != "secret:route-credentials/orders-password" {
+		t.Errorf("extra variables arrive as %q and %q", src["OTEL_SERVICE_NAME"], src["ORDERS_SNS_BASIC_PASSWORD"])
+	}
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "otel-headers" {
+		t.Errorf("envFrom %+v, want the otel-headers Secret", c.EnvFrom)
+	}
+	if last := c.Env[len(c.Env)-1].Name; last != "ORDERS_SNS_BASIC_PASSWORD" {
+		t.Errorf("last variable %s: extra variables should follow the chart's", last)
+	}
+}
