@@ -2,7 +2,8 @@
 #
 #   make run    Postgres + Redis, migrate, example downstream on :9090, gateway
 #               on :8080 (ingest) and :8081 (admin) with examples/routes.yaml
-#   make test   services, vet, gofmt check, race-enabled tests
+#   make test   services, vet, gofmt check, race-enabled tests, then each
+#               fuzz target briefly (make fuzz; FUZZTIME=4s)
 #   make build  binaries into $(BIN_DIR)
 #   make lint   vet and gofmt check
 
@@ -17,7 +18,7 @@ ROUTES_FILE ?= examples/routes.yaml
 DEV_ADMIN_TOKEN ?= dev-admin-token-not-a-secret
 DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 
-.PHONY: all build run test lint vet fmt-check services
+.PHONY: all build run test lint vet fmt-check services fuzz
 
 all: lint build
 
@@ -41,6 +42,20 @@ lint: vet fmt-check
 
 test: services lint
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz
+
+# Every fuzz target for FUZZTIME each (go test takes one target per run). A
+# failing input is written to the package's testdata/fuzz and fails the run;
+# committed there, it stays a regression seed of the ordinary tests.
+FUZZTIME ?= 4s
+FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
+	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) "$${t%%:*}" || exit 1; \
+	done
 
 # The binaries are run directly rather than through `go run`, so that the
 # trap's kill reaches the downstream server itself (go run would leave its

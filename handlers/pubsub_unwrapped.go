@@ -7,6 +7,7 @@ import (
 	"net/textproto"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ackgate/ackgate/gate"
 )
@@ -107,6 +108,18 @@ func decodePubSubUnwrapped(h http.Header, route *gate.Route, body []byte) (*gate
 	}
 	if len(body) == 0 && len(attrs) == 0 {
 		return nil, badRequest("message has neither data nor attributes")
+	}
+	// Pub/Sub's metadata and attributes are UTF-8 strings (the wrapped form
+	// carries them in JSON); anything else did not come from Pub/Sub, and
+	// could not mean the same as any wrapped message.
+	texts := []string{sub, id, h.Get(hdrPubSubOrderingKey), h.Get(hdrPubSubPublishTime)}
+	for k, v := range attrs {
+		texts = append(texts, k, v)
+	}
+	for _, s := range texts {
+		if !utf8.ValidString(s) {
+			return nil, badRequest("unwrapped push metadata or attributes are not UTF-8")
+		}
 	}
 	msg := &gate.Message{
 		Broker: gate.BrokerPubSub, Source: sub, MessageID: id, Data: body, Attributes: attrs,

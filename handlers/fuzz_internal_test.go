@@ -1,0 +1,153 @@
+package handlers
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ackgate/ackgate/brokerauth"
+	"github.com/ackgate/ackgate/gate"
+)
+
+// The fuzz targets below run briefly in `make test` (see the Makefile) and
+// as ordinary tests over their seeds in every `go test`.
+
+var fuzzRoutes = []*gate.Route{
+	{Name: "byid", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyMessageID},
+		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true, Attributes: []string{"event_type"}}},
+	{Name: "byattr", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyAttribute, Name: "order_id"},
+		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true, Attributes: []string{"Region", "event_type"}}},
+	{Name: "bypointer", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyJSONPointer, Name: "/order/id"},
+		Fingerprint: gate.FingerprintSpec{Version: 1, Pointers: []string{"/amount"}}},
+}
+
+func FuzzDecodePubSubWrapped(f *testing.F) {
+	for _, s := range []string{
+		`{"message":{"data":"eyJvcmRlciI6IDQyfQ==","messageId":"m-1","attributes":{"event_type":"created"}},"subscription":"projects/p/subscriptions/s"}`,
+		`{"message":{"data":"","message_id":"m-2","publish_time":"2026-01-01T00:00:00.123Z","attributes":{"order_id":"7"}},"subscription":"projects/p/subscriptions/s","deliveryAttempt":3}`,
+		`{"message":{"data":"eyJvcmRlciI6eyJpZCI6IjkifSwiYW1vdW50IjoxfQ==","messageId":"m-3","message_id":"m-3","orderingKey":"k"},"subscription":"s"}`,
+		`{"message":{"messageId":"m-4"},"subscription":"s"}`,
+		`{"message":null}`, `{}`, `[]`, ``, `{"message":{"data":"!!","messageId":"x"},"subscription":"s"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		msg, err := decodePubSub(body)
+		if err != nil {
+			if _, ok := err.(*Rejection); !ok {
+				t.Fatalf("error is not a Rejection: %v", err)
+			}
+			return
+		}
+		if msg.MessageID == "" || msg.Source == "" || msg.Broker != gate.BrokerPubSub {
+			t.Fatalf("decoded without identity: %+v", msg)
+		}
+		for _, r := range fuzzRoutes {
+			_, _ = gate.Identify(r, msg)
+		}
+	})
+}
+
+// FuzzDecodePubSubUnwrapped decodes unwrapped pushes and checks the promise
+// of the unwrapped form: the wrapped envelope it is re-expressed as decodes to
+// the same identity and fingerprint under every route.
+func FuzzDecodePubSubUnwrapped(f *testing.F) {
+	f.Add([]byte(`{"order":{"id":"9"},"amount":1}`), "projects/p/subscriptions/s", "m-1", "2026-01-01T00:00:00Z", "event_type", "created", "ORDER_ID", "42")
+	f.Add([]byte(""), "s", "m-2", "", "region", "eu", "note", "x")
+	f.Add([]byte("raw bytes \x00\xff"), "s", "m-3", "yesterday", "Content-Type", "text/plain", "X-Forwarded-For", "1.2.3.4")
+	f.Add([]byte("x"), "", "m-4", "", "a", "b", "c", "d")
+	f.Fuzz(func(t *testing.T, body []byte, sub, id, published, k1, v1, k2, v2 string) {
+		h := http.Header{}
+		set := func(k, v string) {
+			if k != "" {
+				h.Add(k, v)
+			}
+		}
+		set(hdrPubSubSubscription, sub)
+		set(hdrPubSubMessageID, id)
+		set(hdrPubSubPublishTime, published)
+		set(k1, v1)
+		set(k2, v2)
+		for _, route := range fuzzRoutes {
+			msg, err := decodePubSubUnwrapped(h, route, body)
+			if err != nil {
+				if _, ok := err.(*Rejection); !ok {
+					t.Fatalf("error is not a Rejection: %v", err)
+				}
+				continue
+			}
+			wrapped, err := decodePubSub(msg.Envelope)
+			if err != nil {
+				t.Fatalf("the re-enveloped message does not decode: %v\n%s", err, msg.Envelope)
+			}
+			a, errA := gate.Identify(route, msg)
+			b, errB := gate.Identify(route, wrapped)
+			if (errA == nil) != (errB == nil) || a != b {
+				t.Fatalf("route %s: unwrapped %+v (%v), wrapped %+v (%v)", route.Name, a, errA, b, errB)
+			}
+		}
+	})
+}
+
+// FuzzDecodeSNS runs an SNS body through everything before the gate:
+// parsing, the header checks and the conversion to a message, and the raw
+// delivery form.
+func FuzzDecodeSNS(f *testing.F) {
+	names, _ := filepath.Glob("../testdata/sns/*.json")
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		typ := brokerauth.SNSNotification
+		if strings.Contains(n, "confirmation") {
+			typ = brokerauth.SNSSubscriptionConfirmation
+		}
+		f.Add(b, typ, "", "")
+	}
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","MessageAttributes":{"traceparent":{"Type":"String","Value":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}`), "Notification", "1", "a")
+	f.Add([]byte(`raw body`), "Notification", "id-1", "arn:aws:sns:us-east-1:123456789012:t")
+	f.Fuzz(func(t *testing.T, body []byte, typ, id, topic string) {
+		h := http.Header{}
+		h.Set(hdrSNSType, typ)
+		h.Set(hdrSNSMessageID, id)
+		h.Set(hdrSNSTopic, topic)
+		if raw, err := decodeSNSRaw(h, body); err == nil {
+			if raw.MessageID != id || raw.Source != topic || string(raw.Data) != string(body) {
+				t.Fatalf("raw delivery decoded as %+v", raw)
+			}
+		}
+		m, err := brokerauth.ParseSNSMessage(body)
+		if err != nil {
+			if brokerauth.KindOf(err) != brokerauth.Malformed {
+				t.Fatalf("parse error of kind %v", brokerauth.KindOf(err))
+			}
+			return
+		}
+		_ = m.StringToSign()
+		if err := checkSNSHeaders(h, m); err != nil {
+			if fromAuth(err).status != http.StatusBadRequest {
+				t.Fatalf("header mismatch answered %+v", fromAuth(err))
+			}
+			return
+		}
+		if m.Type != brokerauth.SNSNotification {
+			return
+		}
+		msg, err := snsToMessage(m, body)
+		if err != nil {
+			return
+		}
+		if msg.Source != m.TopicArn || msg.MessageID != m.MessageID || string(msg.Data) != m.Message || msg.PublishTime.IsZero() {
+			t.Fatalf("notification decoded as %+v", msg)
+		}
+		if a, ok := m.MessageAttributes["traceparent"]; ok && msg.TraceParent != a.Value {
+			t.Fatalf("traceparent attribute %q became %q", a.Value, msg.TraceParent)
+		}
+		for _, r := range fuzzRoutes {
+			_, _ = gate.Identify(r, msg)
+		}
+	})
+}
