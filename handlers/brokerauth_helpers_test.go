@@ -11,6 +11,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/gate"
@@ -30,6 +33,9 @@ func (e *env) useAuth(auth handlers.BrokerAuth) {
 	e.ingest = httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
 		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10, Auth: auth,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Spans, so that a delivery's trace (the publisher's, when the
+		// message carries one) is recorded with its operation.
+		Tracer: sdktrace.NewTracerProvider().Tracer("handlers"), Propagators: propagation.TraceContext{},
 	}))
 	e.t.Cleanup(e.ingest.Close)
 }

@@ -121,6 +121,11 @@ func TestGoawsSubscribePublishEndToEnd(t *testing.T) {
 	if rec.Operation.Route != "orders" || rec.Deliveries[0].Source != ordersTopic {
 		t.Fatalf("record = %+v", rec.Operation)
 	}
+	// The traceparent message attribute made the delivery part of the
+	// publisher's trace.
+	if rec.Operation.TraceID != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("operation trace id %q, want the publisher's", rec.Operation.TraceID)
+	}
 	// The strict gateway refused the publish too (goaws sent it there as
 	// well): nothing of it was recorded or executed.
 	var strictOps int
