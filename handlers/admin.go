@@ -148,6 +148,7 @@ func buildRecord(rec *storage.Record, routes []*gate.Route) EvidenceRecord {
 	for _, dl := range rec.DeadLetters {
 		ev.NegativeOrDeadLetter = "dead-lettered by the gateway: " + dl.Reason
 	}
+	ev.TransitionTimes = make([]TransitionAt, 0, len(rec.Events))
 	for _, e := range rec.Events {
 		ev.TransitionTimes = append(ev.TransitionTimes, TransitionAt{To: e.To, At: e.At, Fence: e.Fence})
 	}
