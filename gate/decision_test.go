@@ -228,3 +228,23 @@ func TestRouteJSONUsesDurationStrings(t *testing.T) {
 		t.Fatalf("round trip changed the route: %+v", back)
 	}
 }
+
+func TestSNSIdentityIsTopicAndMessageID(t *testing.T) {
+	t.Parallel()
+	r := testRoute(ShapeIdempotent)
+	r.Broker = BrokerSNS
+	a, err := Identify(r, &Message{Broker: BrokerSNS, Source: "arn:aws:sns:eu-west-1:1:a", MessageID: "m", Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Identify(r, &Message{Broker: BrokerSNS, Source: "arn:aws:sns:eu-west-1:1:b", MessageID: "m", Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.OperationID == b.OperationID || a.Key != "arn:aws:sns:eu-west-1:1:a/m" {
+		t.Fatalf("same message id on two topics: %+v / %+v", a, b)
+	}
+	if _, err := Identify(r, &Message{Broker: BrokerSNS, MessageID: "m", Data: []byte("x")}); err == nil {
+		t.Fatal("an SNS message without a topic got an identity")
+	}
+}

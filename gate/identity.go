@@ -108,6 +108,14 @@ func operationKey(r *Route, m *Message) (string, error) {
 	switch r.Key.Kind {
 	case KeyMessageID, "":
 		key = m.MessageID
+		if m.Broker == BrokerSNS && key != "" {
+			// SNS names a message by its topic and id together; a route fed
+			// by several topics must not merge two topics' messages.
+			if m.Source == "" {
+				return "", &IdentityError{Reason: "SNS message without a TopicArn"}
+			}
+			key = m.Source + "/" + key
+		}
 	case KeyAttribute:
 		key = m.Attributes[r.Key.Name]
 	case KeyJSONPointer:

@@ -360,7 +360,8 @@ func (e *env) push(route string, m msg) reply {
 // opID is the operation id the gateway derives for m on route.
 func (e *env) opID(route string, m msg) string {
 	e.t.Helper()
-	id, err := gate.Identify(e.routes[route], &gate.Message{MessageID: m.ID, Data: []byte(m.Data), Attributes: m.Attrs})
+	r := e.routes[route]
+	id, err := gate.Identify(r, &gate.Message{Broker: r.Broker, Source: m.Sub, MessageID: m.ID, Data: []byte(m.Data), Attributes: m.Attrs})
 	if err != nil {
 		e.t.Fatalf("identify: %v", err)
 	}

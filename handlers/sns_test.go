@@ -49,7 +49,7 @@ func TestSNSNotificationIsExecutedOnceAndAcked(t *testing.T) {
 		body := authtest.Body(m)
 		r, _ := e.postSNS("orders", m, body, nil)
 		wantStatus(t, r, http.StatusNoContent)
-		id := e.opID("orders", msg{ID: m.MessageID, Data: m.Message})
+		id := e.opID("orders", msg{ID: m.MessageID, Data: m.Message, Sub: m.TopicArn})
 		rec := e.waitState(id, gate.StateAcknowledged)
 		if d := rec.Deliveries[0]; d.Broker != gate.BrokerSNS || d.Source != ordersTopic || d.MessageID != m.MessageID {
 			t.Fatalf("delivery = %+v", d)
@@ -141,7 +141,7 @@ func TestSNSCertificateServerDownThenBack(t *testing.T) {
 	sns.Start()
 	r, _ = e.postSNS("orders", m, body, nil)
 	wantStatus(t, r, http.StatusNoContent)
-	e.waitState(e.opID("orders", msg{ID: m.MessageID, Data: m.Message}), gate.StateAcknowledged)
+	e.waitState(e.opID("orders", msg{ID: m.MessageID, Data: m.Message, Sub: m.TopicArn}), gate.StateAcknowledged)
 	if n := e.down.effectCalls.Load(); n != 1 {
 		t.Fatalf("downstream called %d times", n)
 	}
