@@ -103,15 +103,25 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return
 		}
-		ctx, span := o.startDelivery(r, gate.BrokerPubSub, route, msg, arrived)
-		if len(route.Sources) > 0 && !slices.Contains(route.Sources, msg.Source) {
-			out := fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "subscription is not allowed on this route"})
-			_, status := o.finish(ctx, w, gate.BrokerPubSub, route, out)
-			endDelivery(span, out, status)
-			return
-		}
-		o.deliver(ctx, w, span, route, msg)
+		o.accept(w, r, route, msg, arrived)
 	}
+}
+
+// sourceNoun is what each broker calls the thing a route's sources list.
+var sourceNoun = map[gate.Broker]string{gate.BrokerPubSub: "subscription", gate.BrokerSNS: "topic"}
+
+// accept takes a decoded, authenticated message: it starts the delivery's
+// span, holds the message to the route's allowed sources, and hands it to the
+// gate.
+func (o *IngestOptions) accept(w http.ResponseWriter, r *http.Request, route *gate.Route, msg *gate.Message, arrived time.Time) {
+	ctx, span := o.startDelivery(r, msg.Broker, route, msg, arrived)
+	if len(route.Sources) > 0 && !slices.Contains(route.Sources, msg.Source) {
+		out := fromRejection(&Rejection{Status: http.StatusForbidden, Reason: sourceNoun[msg.Broker] + " is not allowed on this route"})
+		_, status := o.finish(ctx, w, msg.Broker, route, out)
+		endDelivery(span, out, status)
+		return
+	}
+	o.deliver(ctx, w, span, route, msg)
 }
 
 // deliver hands a decoded, authenticated message to the gate, answers the

@@ -74,14 +74,7 @@ func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 			o.refuse(w, r, gate.BrokerSNS, route, arrived, fromRejection(err))
 			return
 		}
-		ctx, span := o.startDelivery(r, gate.BrokerSNS, route, msg, arrived)
-		if len(route.Sources) > 0 && !slices.Contains(route.Sources, msg.Source) {
-			out := fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
-			_, status := o.finish(ctx, w, gate.BrokerSNS, route, out)
-			endDelivery(span, out, status)
-			return
-		}
-		o.deliver(ctx, w, span, route, msg)
+		o.accept(w, r, route, msg, arrived)
 	}
 }
 
@@ -160,14 +153,9 @@ func (o *IngestOptions) snsRaw(w http.ResponseWriter, r *http.Request, route *ga
 		o.refuse(w, r, gate.BrokerSNS, route, arrived, fromRejection(err))
 		return
 	}
-	ctx, span := o.startDelivery(r, gate.BrokerSNS, route, msg, arrived)
-	if !slices.Contains(route.Sources, msg.Source) {
-		out := fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
-		_, status := o.finish(ctx, w, gate.BrokerSNS, route, out)
-		endDelivery(span, out, status)
-		return
-	}
-	o.deliver(ctx, w, span, route, msg)
+	// Raw routes authenticate with basic credentials, which config only
+	// allows together with a non-empty list of topics.
+	o.accept(w, r, route, msg, arrived)
 }
 
 // decodeSNSRaw reads a raw delivery's identity from its headers.
