@@ -82,10 +82,8 @@ func handleReadyz(o *IngestOptions) http.HandlerFunc {
 func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
-		name := chi.URLParam(r, "route")
-		route, ok := o.Routes[name]
-		if !ok || route.Broker != gate.BrokerPubSub {
-			o.refuse(w, r, gate.BrokerPubSub, nil, arrived, unknownRoute(gate.BrokerPubSub, name))
+		route, ok := o.routeFor(w, r, gate.BrokerPubSub, arrived)
+		if !ok {
 			return
 		}
 		if err := o.authenticatePubSub(r, route); err != nil {
@@ -105,6 +103,18 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 		}
 		o.accept(w, r, route, msg, arrived)
 	}
+}
+
+// routeFor finds the {route} of the request among the broker's routes, or
+// answers it as an unknown route.
+func (o *IngestOptions) routeFor(w http.ResponseWriter, r *http.Request, b gate.Broker, arrived time.Time) (*gate.Route, bool) {
+	name := chi.URLParam(r, "route")
+	route, ok := o.Routes[name]
+	if !ok || route.Broker != b {
+		o.refuse(w, r, b, nil, arrived, unknownRoute(b, name))
+		return nil, false
+	}
+	return route, true
 }
 
 // sourceNoun is what each broker calls the thing a route's sources list.

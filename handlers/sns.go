@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/storage"
@@ -30,10 +28,8 @@ const (
 func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
-		name := chi.URLParam(r, "route")
-		route, ok := o.Routes[name]
-		if !ok || route.Broker != gate.BrokerSNS {
-			o.refuse(w, r, gate.BrokerSNS, nil, arrived, unknownRoute(gate.BrokerSNS, name))
+		route, ok := o.routeFor(w, r, gate.BrokerSNS, arrived)
+		if !ok {
 			return
 		}
 		if route.Auth == gate.AuthBasic {
