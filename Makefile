@@ -17,8 +17,10 @@ ROUTES_FILE ?= examples/routes.yaml
 # Development only; serve refuses tokens shorter than 16 characters.
 DEV_ADMIN_TOKEN ?= dev-admin-token-not-a-secret
 DOWNSTREAM_ADDR ?= 127.0.0.1:9090
+BENCHTIME ?= 3s
+BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check services fuzz
+.PHONY: all build run test lint vet fmt-check services fuzz bench
 
 all: lint build
 
@@ -81,3 +83,8 @@ run: services build
 	done; \
 	echo "run: starting gateway; ingest $${GATEWAY_LISTEN_ADDR:-:8080}, admin $${GATEWAY_ADMIN_ADDR:-:8081} (token $(DEV_ADMIN_TOKEN))"; \
 	GATEWAY_ROUTES_FILE=$(ROUTES_FILE) GATEWAY_ADMIN_TOKEN=$(DEV_ADMIN_TOKEN) $(BIN_DIR)/gateway serve
+
+# Throughput and allocations of a delivery through the whole gateway, against
+# the same real services as the tests. Not part of test: figures, not checks.
+bench: services
+	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./handlers/

@@ -192,7 +192,7 @@ func (e *effectServer) Keys() []string {
 // env is one gateway wired to a fresh Postgres database, a private Redis and
 // a real downstream server.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	dbURL  string
 	pool   *pgxpool.Pool
 	ledger *storage.Ledger
@@ -233,7 +233,7 @@ func routeYAML(name, shape, deadLetter, extra string) string {
 	return s
 }
 
-func newEnv(t *testing.T, dedupe bool, routesYAML string) *env {
+func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &testenv.SyncBuffer{}}
