@@ -19,9 +19,8 @@ type Gate struct {
 	Reservations Reservations
 	Effects      Effects
 	// Owner names this process in reservations and evidence.
-	Owner  string
-	Now    func() time.Time
-	Logger *slog.Logger
+	Owner string
+	Now   func() time.Time
 	// NewToken returns a fresh owner token per delivery; it is combined with
 	// Owner so leases say which process and which request hold them.
 	NewToken func() string

@@ -290,7 +290,7 @@ func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	var n atomic.Int64
 	e.gate = &gate.Gate{
 		Ledger: e.ledger, Reservations: storage.NewReservations(e.rdb), Effects: effects,
-		Owner: "test", Now: e.clock.Now, Logger: log,
+		Owner: "test", Now: e.clock.Now,
 		NewToken: func() string { return fmt.Sprint(n.Add(1)) },
 		Tracer:   tp.Tracer("gate"), Recorder: tel.Metrics,
 	}

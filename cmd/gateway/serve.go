@@ -131,7 +131,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	defer effects.CloseIdleConnections()
 	g := &gate.Gate{
 		Ledger: ledger, Reservations: storage.NewReservations(rdb), Effects: effects,
-		Owner: s.InstanceID, Now: time.Now, Logger: log, NewToken: token,
+		Owner: s.InstanceID, Now: time.Now, NewToken: token,
 		Tracer: tel.TracerProvider.Tracer("github.com/ackgate/ackgate/gate"), Recorder: tel.Metrics,
 	}
 	byName := make(map[string]*gate.Route, len(routes))
