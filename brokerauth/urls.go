@@ -68,7 +68,7 @@ func parseTrustedPrefix(raw string) (trustedPrefix, error) {
 		// http://127.0.0.1:41000 and /SimpleNotificationServiceX.
 		return trustedPrefix{}, fmt.Errorf("trusted URL prefix %q must end with /", raw)
 	case strings.Contains(u.Path, ".."):
-		return trustedPrefix{}, fmt.Errorf("trusted URL prefix %q must not contain ..", raw)
+		return trustedPrefix{}, fmt.Errorf("trusted URL prefix %q must not contain a .. segment", raw)
 	}
 	return trustedPrefix{scheme: u.Scheme, host: strings.ToLower(u.Host), path: u.Path}, nil
 }

@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -152,7 +151,7 @@ func databaseName(t *testing.T, dsn string) string {
 	}
 	name := strings.TrimPrefix(u.Path, "/")
 	if name == "" {
-		t.Fatal(fmt.Sprintf("no database name in %s", u.Redacted()))
+		t.Fatalf("no database name in %s", u.Redacted())
 	}
 	return name
 }

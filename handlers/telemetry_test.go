@@ -301,7 +301,7 @@ func hasAttr(s tracetest.SpanStub, key, value string) bool { return attr(s, key)
 func attr(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
