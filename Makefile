@@ -20,7 +20,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check services fuzz bench
+.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench
 
 all: lint build
 
@@ -40,7 +40,14 @@ fmt-check:
 		echo "gofmt needed on:"; echo "$$files"; exit 1; \
 	fi
 
-lint: vet fmt-check
+# staticcheck is pinned so that a new release cannot fail a build by itself;
+# go run fetches it through the module proxy on first use.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+lint: vet fmt-check staticcheck
 
 test: services lint
 	$(GO) test -race -count=1 ./...
