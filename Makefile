@@ -2,10 +2,11 @@
 #
 #   make run    Postgres + Redis, migrate, example downstream on :9090, gateway
 #               on :8080 (ingest) and :8081 (admin) with examples/routes.yaml
-#   make test   services, vet, gofmt check, race-enabled tests, then each
-#               fuzz target briefly (make fuzz; FUZZTIME=4s)
+#   make test   services, lint, race-enabled tests, then each fuzz target
+#               briefly (make fuzz; FUZZTIME=4s)
 #   make build  binaries into $(BIN_DIR)
-#   make lint   vet and gofmt check
+#   make lint   vet, gofmt check, staticcheck
+#   make bench  throughput of a delivery through the whole gateway
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
