@@ -453,3 +453,19 @@ func TestAdminAPIRequiresTokenAndValidatesQueries(t *testing.T) {
 		t.Fatalf("admin path on ingest listener: %d", resp.StatusCode)
 	}
 }
+
+// A message whose route-defined key is missing has no usable identity: it is
+// rejected with a bounded reason, and nothing is recorded or executed.
+func TestMessageWithoutUsableIdentityIsRejected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", "    operation_key:\n      kind: attribute\n      name: order_id\n"))
+	r := e.push("orders", msg{ID: "m-nokey", Data: "x", Attrs: map[string]string{"other": "1"}})
+	wantStatus(t, r, http.StatusBadRequest)
+	if r.Body.Decision != gate.Reject || !strings.Contains(r.Body.Reason, "order_id") {
+		t.Fatalf("answer = %+v", r.Body)
+	}
+	ops, _, err := e.ledger.List(context.Background(), storage.ListFilter{})
+	if err != nil || len(ops) != 0 || e.down.effectCalls.Load() != 0 {
+		t.Fatalf("a message without identity left %d operations, %d downstream calls (%v)", len(ops), e.down.effectCalls.Load(), err)
+	}
+}
