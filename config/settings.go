@@ -47,6 +47,9 @@ type Settings struct {
 	ListenAddr string `envconfig:"LISTEN_ADDR" default:":8080" desc:"ingest listener"`
 	AdminAddr  string `envconfig:"ADMIN_ADDR" default:":8081" desc:"admin listener"`
 	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API (required for serve, at least 16 characters)"`
+	// MetricsToken lets a scraper read GET /metrics without the admin token,
+	// which also reads evidence records.
+	MetricsToken string `envconfig:"METRICS_TOKEN" desc:"optional bearer token that opens GET /metrics on the admin listener and nothing else (at least 16 characters, not the admin token)"`
 
 	MaxBodyBytes      int64         `envconfig:"MAX_BODY_BYTES" default:"1048576" desc:"largest push request body accepted"`
 	ReadHeaderTimeout time.Duration `envconfig:"READ_HEADER_TIMEOUT" default:"5s" desc:"http.Server ReadHeaderTimeout"`
@@ -193,6 +196,15 @@ func (s Settings) ValidateServe() error {
 	case strings.TrimSpace(s.AdminToken) != s.AdminToken:
 		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: has leading or trailing white space", EnvPrefix))
 	}
+	switch {
+	case s.MetricsToken == "":
+	case len(s.MetricsToken) < MinAdminTokenLen:
+		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
+	case strings.TrimSpace(s.MetricsToken) != s.MetricsToken:
+		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: has leading or trailing white space", EnvPrefix))
+	case s.MetricsToken == s.AdminToken:
+		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must differ from the admin token: it is meant for a scraper that may not read evidence", EnvPrefix))
+	}
 	if sameListener(s.ListenAddr, s.AdminAddr) {
 		errs = append(errs, fmt.Errorf("%s_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR (%q): the admin API never shares the ingest listener", EnvPrefix, s.ListenAddr))
 	}
@@ -282,6 +294,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("listen_addr", s.ListenAddr),
 		slog.String("admin_addr", s.AdminAddr),
 		slog.String("admin_token", token),
+		slog.Bool("metrics_token_set", s.MetricsToken != ""),
 		slog.Int64("max_body_bytes", s.MaxBodyBytes),
 		slog.Duration("read_header_timeout", s.ReadHeaderTimeout),
 		slog.Duration("read_timeout", s.ReadTimeout),

@@ -217,6 +217,8 @@ func TestValidateServe(t *testing.T) {
 		{"padded token", map[string]string{"GATEWAY_ADMIN_TOKEN": " 0123456789abcdef"}, "GATEWAY_ADMIN_TOKEN: has leading or trailing white space"},
 		{"same listener", map[string]string{"GATEWAY_ADMIN_ADDR": ":8080"}, "GATEWAY_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR"},
 		{"overlapping listener", map[string]string{"GATEWAY_ADMIN_ADDR": "127.0.0.1:8080"}, "GATEWAY_ADMIN_ADDR: must differ"},
+		{"short metrics token", map[string]string{"GATEWAY_METRICS_TOKEN": "short"}, "GATEWAY_METRICS_TOKEN: must be at least 16 characters"},
+		{"metrics token is the admin token", map[string]string{"GATEWAY_METRICS_TOKEN": "0123456789abcdef"}, "GATEWAY_METRICS_TOKEN: must differ from the admin token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,8 +29,10 @@ type AdminOptions struct {
 	Evidence EvidenceStore
 	Routes   []*gate.Route
 	Logger   *slog.Logger
-	// Metrics serves GET /metrics (Prometheus), behind the same token.
-	Metrics http.Handler
+	// Metrics serves GET /metrics (Prometheus), behind the admin token or,
+	// when set, MetricsToken, which opens /metrics and nothing else.
+	Metrics      http.Handler
+	MetricsToken string
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route
@@ -49,14 +51,24 @@ func NewAdmin(o AdminOptions) http.Handler {
 	return r
 }
 
-// requireToken compares in constant time so the token cannot be guessed a
-// byte at a time from response timing.
-func requireToken(token string) func(http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+// requireToken admits a request bearing one of tokens (empty ones never
+// match). Each comparison is constant-time and all are made, so a token
+// cannot be guessed a byte at a time from response timing.
+func requireToken(tokens ...string) func(http.Handler) http.Handler {
+	var wants [][]byte
+	for _, t := range tokens {
+		if t != "" {
+			wants = append(wants, []byte("Bearer "+t))
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got := []byte(r.Header.Get("Authorization"))
-			if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			match := 0
+			for _, want := range wants {
+				match |= subtle.ConstantTimeCompare(got, want)
+			}
+			if match != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ackgate-admin"`)
 				writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
 				return

@@ -3,7 +3,9 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -467,5 +469,45 @@ func TestMessageWithoutUsableIdentityIsRejected(t *testing.T) {
 	ops, _, err := e.ledger.List(context.Background(), storage.ListFilter{})
 	if err != nil || len(ops) != 0 || e.down.effectCalls.Load() != 0 {
 		t.Fatalf("a message without identity left %d operations, %d downstream calls (%v)", len(ops), e.down.effectCalls.Load(), err)
+	}
+}
+
+// The metrics token opens GET /metrics and nothing else; the admin token
+// opens everything.
+func TestMetricsTokenOpensOnlyMetrics(t *testing.T) {
+	t.Parallel()
+	const metricsToken = "metrics-only-token-0123456789"
+	srv := httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
+		Token: adminToken, MetricsToken: metricsToken,
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ackgate_up 1\n") }),
+	}))
+	t.Cleanup(srv.Close)
+	get := func(path, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/metrics", metricsToken, 200},
+		{"/metrics", adminToken, 200},
+		{"/metrics", "", 401},
+		{"/metrics", metricsToken + "x", 401},
+		{"/v1/routes", metricsToken, 401},
+		{"/v1/operations", metricsToken, 401},
+		{"/v1/routes", adminToken, 200},
+	} {
+		if got := get(c.path, c.token); got != c.want {
+			t.Errorf("GET %s with %q: %d, want %d", c.path, c.token, got, c.want)
+		}
 	}
 }

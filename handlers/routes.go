@@ -17,10 +17,13 @@ func addIngestRoutes(r chi.Router, o *IngestOptions) {
 }
 
 func addAdminRoutes(r chi.Router, o *AdminOptions) {
-	r.Use(requireToken(o.Token))
-	r.Get("/v1/operations", handleListOperations(o))
-	r.Get("/v1/operations/{id}", handleGetOperation(o))
-	r.Get("/v1/routes", handleListRoutes(o))
-	r.Get("/v1/routes/{name}", handleGetRoute(o))
-	r.Method(http.MethodGet, "/metrics", o.Metrics)
+	r.Group(func(r chi.Router) {
+		r.Use(requireToken(o.Token))
+		r.Get("/v1/operations", handleListOperations(o))
+		r.Get("/v1/operations/{id}", handleGetOperation(o))
+		r.Get("/v1/routes", handleListRoutes(o))
+		r.Get("/v1/routes/{name}", handleGetRoute(o))
+	})
+	// A scraper may hold the metrics token, which opens nothing but this.
+	r.With(requireToken(o.Token, o.MetricsToken)).Method(http.MethodGet, "/metrics", o.Metrics)
 }
