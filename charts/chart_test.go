@@ -1060,6 +1060,24 @@ func TestServiceMonitorScrapesAdminWithTheToken(t *testing.T) {
 		"secret:"+ep.Authorization.Credentials.Name+"/"+ep.Authorization.Credentials.Key != token {
 		t.Errorf("authorization %+v, want Bearer from the gateway's own %s", ep.Authorization, token)
 	}
+
+	// With a metrics-only token, Prometheus holds that one, not the admin token.
+	for _, extra := range []string{
+		"metricsToken: {value: metrics-token-0123456789}",
+		"metricsToken: {existingSecret: scrape, existingSecretKey: token}",
+	} {
+		r := mustRender(t, withExampleRoutes(t, "serviceMonitor: {enabled: true}", extra))
+		ep := get[ServiceMonitor](t, r, fullname).Spec.Endpoints[0]
+		env := envSource(t, gatewayContainer(t, r))
+		metrics := env["GATEWAY_METRICS_TOKEN"]
+		if metrics == "" || metrics == env["GATEWAY_ADMIN_TOKEN"] || ep.Authorization == nil || ep.Authorization.Credentials == nil ||
+			"secret:"+ep.Authorization.Credentials.Name+"/"+ep.Authorization.Credentials.Key != metrics {
+			t.Errorf("%s: authorization %+v, want Bearer from the metrics token %q (admin %q)", extra, ep.Authorization, metrics, env["GATEWAY_ADMIN_TOKEN"])
+		}
+	}
+	if _, err := render(t, withExampleRoutes(t, "metricsToken: {value: "+adminToken+"}")); err == nil || !strings.Contains(err.Error(), "metricsToken: must differ from adminToken") {
+		t.Errorf("a metrics token equal to the admin token was accepted: %v", err)
+	}
 }
 
 // TestRoutesConfigMap: both ways of giving routes produce a file the gateway
@@ -1305,7 +1323,7 @@ func TestChartCoversEverySetting(t *testing.T) {
 		t.Fatalf("config.Usage listed only %v", gateway)
 	}
 	chart := map[string]bool{}
-	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}"} {
+	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}", "metricsToken: {value: metrics-token-0123456789}"} {
 		for k := range envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, extra)))) {
 			chart[k] = true
 		}

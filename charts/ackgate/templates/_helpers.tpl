@@ -107,10 +107,14 @@ below return "name/key" of where the setting lives, or "" when it is not set.
 {{- include "ackgate.secretRef" (list . .Values.adminToken.value .Values.adminToken.existingSecret .Values.adminToken.existingSecretKey "admin-token" "adminToken") }}
 {{- end }}
 
+{{- define "ackgate.metricsTokenRef" -}}
+{{- include "ackgate.secretRef" (list . .Values.metricsToken.value .Values.metricsToken.existingSecret .Values.metricsToken.existingSecretKey "metrics-token" "metricsToken") }}
+{{- end }}
+
 {{/* True (non-empty) when the chart has to create its own Secret. */}}
 {{- define "ackgate.needsSecret" -}}
 {{- $v := .Values }}
-{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) }}true{{- end }}
+{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) (and $v.metricsToken.value (not $v.metricsToken.existingSecret)) }}true{{- end }}
 {{- end }}
 
 {{/*
@@ -147,6 +151,10 @@ nothing; fails the release with a message naming the value.
 {{- fail "redis: standalone mode needs redis.url or redis.existingSecret" }}
 {{- end }}
 {{- $_ := include "ackgate.sentinelPasswordRef" . }}
+{{- $_ := include "ackgate.metricsTokenRef" . }}
+{{- if and $v.metricsToken.value (eq $v.metricsToken.value $v.adminToken.value) }}
+{{- fail "metricsToken: must differ from adminToken: it is meant for a scraper that may not read evidence" }}
+{{- end }}
 {{- if and (not $v.routes) (not $v.routesFile) }}
 {{- fail "routes: set routes (a list of routes) or routesFile (a whole routes file); the gateway does not start without a route" }}
 {{- end }}
@@ -159,7 +167,7 @@ nothing; fails the release with a message naming the value.
 {{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- fail "autoscaling: minReplicas is larger than maxReplicas" }}
 {{- end }}
-{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" }}
+{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" }}
 {{- range $v.extraEnv }}
 {{- if has .name $managed }}
 {{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
