@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -49,7 +47,7 @@ func startRedis(t testing.TB, bin string) (string, error) {
 		return "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	out := &lockedBuffer{}
+	out := &SyncBuffer{}
 	cmd := exec.Command(bin,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -114,23 +112,6 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // CountRedisCommands watches addr with MONITOR and returns a function that
