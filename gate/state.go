@@ -92,16 +92,6 @@ func CanTransition(from, to State) bool {
 // Valid reports whether s is one of the nine states.
 func (s State) Valid() bool { return slices.Contains(States, s) }
 
-// Settled reports whether the effect question is answered for good: the gate
-// will never call the downstream again for an operation in such a state.
-func (s State) Settled() bool {
-	switch s {
-	case StateEffectConfirmed, StateAckPending, StateAcknowledged, StateTerminalFailure, StateConflicting:
-		return true
-	}
-	return false
-}
-
 // Confirmed reports whether the effect's evidence is durable.
 func (s State) Confirmed() bool {
 	return s == StateEffectConfirmed || s == StateAckPending || s == StateAcknowledged
