@@ -20,23 +20,33 @@ const (
 )
 
 // Action is the next safe step for an operation, chosen from its evidence.
+// The executor (owned.go) maps each to the I/O it needs and nothing more.
 type Action string
 
 const (
-	// ActAttempt: reserve, record intent (with the operation's idempotency
-	// key), then call the downstream.
+	// ActAttempt: commit the plan's path with a new attempt (and the
+	// operation's idempotency key) recorded, then call the downstream.
 	ActAttempt Action = "attempt"
 	// ActLookupFirst: an earlier attempt's result was lost and the provider can
-	// be asked; ask before anything else.
+	// be asked; ask under the lease before writing anything, then AfterLookup.
 	ActLookupFirst Action = "lookup_first"
+	// ActConfirm: authoritative evidence is in hand; commit it, then ack.
+	ActConfirm Action = "confirm"
+	// ActRetryLater: the attempt left no effect and may be repeated; commit
+	// its outcome and let the broker redeliver.
+	ActRetryLater Action = "retry_later"
 	// ActMarkIndeterminate: an attempt may have taken effect and nothing can
 	// tell; block automatic re-execution.
 	ActMarkIndeterminate Action = "mark_indeterminate"
-	// ActExhaust: the attempt limit is reached after documented failures.
+	// ActExhaust: the attempt limit is reached, or the downstream refused for
+	// good; the operation becomes terminal.
 	ActExhaust Action = "exhaust"
 	// ActRetentionGap: the message is older than the evidence we keep, so a
 	// missing record does not prove the work was never done.
 	ActRetentionGap Action = "retention_gap"
+	// ActConflict: the key is taken by an operation with another fingerprint;
+	// keep a conflict record, never execute it.
+	ActConflict Action = "conflict"
 	// ActAckExisting: the effect is confirmed; ack without a new effect.
 	ActAckExisting Action = "ack_existing"
 	// ActHoldTerminal: policy forbids another attempt.
@@ -45,74 +55,134 @@ const (
 	ActHoldIndeterminate Action = "hold_indeterminate"
 )
 
-// Evidence is what the gate knows when a delivery arrives.
+// Evidence is what the gate knows at a decision point.
 type Evidence struct {
 	Route *Route
 	// Op is the ledger's operation for the delivery's key; nil when new.
 	Op *Operation
+	// Fingerprint is the delivery's semantic fingerprint, held against Op's.
+	Fingerprint string
+	// Held is true once this delivery's own claim committed: its lease's
+	// fence is the operation's, and its next write does not re-reserve.
+	Held bool
 	// PublishTime is when the broker accepted the message (zero if unknown).
 	PublishTime time.Time
 	Now         time.Time
 }
 
-// Plan is the decision function's answer.
+// Plan is a decision: what to do, the states the operation moves through
+// when it is done, and what the broker is told afterwards.
 type Plan struct {
 	Action Action
-	// Reason is recorded with the resulting transition or delivery.
+	// Path lists the states the plan's write enters, in order, starting after
+	// the operation's current state; a new operation's path starts at
+	// received. Empty when the plan writes no state change.
+	Path []State
+	// Answer is the broker's answer once the path is committed. For
+	// ActAttempt and ActLookupFirst it is only the answer if nothing that
+	// follows can be committed: the call's result decides the real one.
+	Answer Decision
+	// AfterSent is the path recorded once an ack has been written to the
+	// broker, and only then: a failed write leaves the operation as it was.
+	AfterSent []State
+	// ResultID is the authoritative evidence an ActConfirm commits.
+	ResultID string
+	// Reason is recorded with the resulting transitions and delivery.
 	Reason string
+	// Anomaly flags a delivery the broker should not have sent.
+	Anomaly string
 }
 
-// Decide is the acknowledgment decision table. It reads only the evidence and
-// the route's contract, so every row can be tested without a database:
+// Target is the state the plan leaves the operation in ("" when it writes no
+// state change).
+func (p Plan) Target() State {
+	if len(p.Path) == 0 {
+		return ""
+	}
+	return p.Path[len(p.Path)-1]
+}
+
+// The decision table, in three pure functions. Each reads only evidence and
+// the route's contract, so every row is testable without a database
+// (decision_test.go walks them all):
 //
-//	evidence                                   -> plan
-//	new operation, older than retention        -> ActRetentionGap
-//	new operation / intent but no attempt      -> ActAttempt
-//	last attempt failed, documented, no effect -> ActAttempt, or ActExhaust at the limit
-//	last attempt's result lost                 -> by shape: retry with the same key (inside the
-//	                                              dedupe window), look up first, or indeterminate
-//	effect confirmed, ack sent or not          -> ActAckExisting (never a second effect)
-//	effect indeterminate                       -> ActHoldIndeterminate
-//	terminal failure                           -> ActHoldTerminal
+//	Decide, when a delivery arrives:
+//	evidence                                   path                                answer
+//	new, published before the evidence horizon received → terminal_failure         dead-letter policy
+//	new                                        received → reserved → pending_effect (after the call)
+//	key reused with another fingerprint        (a conflict record: received → conflicting) dead-letter policy
+//	confirmed, ack not yet sent                —                                   ack, then [ack_pending →] acknowledged once sent
+//	acknowledged (a redelivery: an anomaly)    —                                   ack
+//	indeterminate                              —                                   nack
+//	terminal or conflicting                    —                                   dead-letter policy
+//	open, no attempt yet                       [reserved →] pending_effect         (after the call)
+//	open, last attempt failed, documented      [reserved →] pending_effect, or → terminal_failure at the limit
+//	open, last attempt's result lost           by shape: see afterLostResponse
 //
-// A delivery without a usable identity never reaches Decide: Identify refuses
-// it first. "Evidence durable but not committed" is not a row here because
-// the gate commits evidence before it asks for an ack, in Deliver.
+//	AfterAttempt, when the call returned:
+//	confirmed with a result id                 → effect_confirmed → ack_pending    ack, then → acknowledged once sent
+//	refused for good                           → terminal_failure                  dead-letter policy
+//	documented failure / result lost           the Decide row for the new evidence, without re-reserving
+//
+//	AfterLookup, when the provider was asked:
+//	found                                      [reserved →] effect_confirmed → ack_pending  ack
+//	absent, before an attempt                  [reserved →] pending_effect         (after the call)
+//	absent, after this delivery's attempt      —                                   nack (retry allowed)
+//	lookup unavailable                         [reserved →] effect_indeterminate   nack
+//
+// A delivery without a usable identity never gets here: Identify refuses it.
+// "Evidence durable but not committed" is not a row, because no plan answers
+// ack before its path is committed.
 func Decide(ev Evidence) Plan {
 	r, op := ev.Route, ev.Op
 	if op == nil {
 		if r.Retention > 0 && !ev.PublishTime.IsZero() && ev.Now.Sub(ev.PublishTime) > r.Retention {
-			return Plan{ActRetentionGap, fmt.Sprintf("published %s ago, before the %s evidence horizon: a missing record proves nothing", ev.Now.Sub(ev.PublishTime).Round(time.Second), r.Retention)}
+			return plan(ActRetentionGap, AnswerFor(StateTerminalFailure, r.DeadLetter),
+				fmt.Sprintf("published %s ago, before the %s evidence horizon: a missing record proves nothing", ev.Now.Sub(ev.PublishTime).Round(time.Second), r.Retention),
+				StateReceived, StateTerminalFailure)
 		}
-		return Plan{ActAttempt, "new operation"}
+		return plan(ActAttempt, Nack, "new operation", StateReceived, StateReserved, StatePendingEffect)
+	}
+	if ev.Fingerprint != "" && op.Fingerprint != ev.Fingerprint {
+		return plan(ActConflict, AnswerFor(StateConflicting, r.DeadLetter),
+			fmt.Sprintf("operation key %q reused with a different fingerprint than operation %s", op.Key, op.ID),
+			StateReceived, StateConflicting)
 	}
 	switch op.State {
-	case StateEffectConfirmed, StateAckPending:
-		return Plan{ActAckExisting, "effect already confirmed"}
+	case StateEffectConfirmed:
+		p := plan(ActAckExisting, Ack, "effect already confirmed")
+		p.AfterSent = []State{StateAckPending, StateAcknowledged}
+		return p
+	case StateAckPending:
+		p := plan(ActAckExisting, Ack, "effect already confirmed")
+		p.AfterSent = []State{StateAcknowledged}
+		return p
 	case StateAcknowledged:
-		return Plan{ActAckExisting, "redelivered after the ack was sent"}
+		p := plan(ActAckExisting, Ack, "redelivered after the ack was sent")
+		p.Anomaly = "redelivered_after_ack"
+		return p
 	case StateEffectIndeterminate:
-		return Plan{ActHoldIndeterminate, "effect indeterminate: awaiting reconciliation"}
+		return plan(ActHoldIndeterminate, Nack, "effect indeterminate: awaiting reconciliation")
 	case StateTerminalFailure, StateConflicting:
-		return Plan{ActHoldTerminal, "terminal: " + op.Reason}
+		return plan(ActHoldTerminal, AnswerFor(op.State, op.DeadLetterPolicy), "terminal: "+op.Reason)
 	}
 	// received, reserved or pending_effect: the effect question is open.
 	last := op.LastAttempt
 	if last == nil {
-		return Plan{ActAttempt, "intent recorded, no attempt yet"}
+		return attempt(ev, "intent recorded, no attempt yet")
 	}
 	switch last.Outcome {
 	case OutcomeRetryable:
 		if op.AttemptCount >= r.MaxAttempts {
-			return Plan{ActExhaust, fmt.Sprintf("attempt limit %d reached; last: %s", r.MaxAttempts, last.Reason)}
+			return exhaust(ev, fmt.Sprintf("attempt limit %d reached; last: %s", r.MaxAttempts, last.Reason))
 		}
-		return Plan{ActAttempt, "retry after a documented failure"}
+		return attempt(ev, "retry after a documented failure")
 	case OutcomeUnknown, "":
 		return afterLostResponse(ev)
 	}
 	// A confirmed or terminal attempt outcome is always committed together with
 	// its state, so an open state with one means the ledger was edited by hand.
-	return Plan{ActMarkIndeterminate, fmt.Sprintf("inconsistent evidence: state %s with last attempt %s", op.State, last.Outcome)}
+	return indeterminate(ev, fmt.Sprintf("inconsistent evidence: state %s with last attempt %s", op.State, last.Outcome))
 }
 
 // afterLostResponse applies the route's shape when the last attempt may or
@@ -123,23 +193,125 @@ func afterLostResponse(ev Evidence) Plan {
 	exhausted := op.AttemptCount >= r.MaxAttempts
 	switch r.Shape {
 	case ShapeLookup:
-		return Plan{ActLookupFirst, "earlier result lost: look up before retrying"}
+		return plan(ActLookupFirst, Nack, "earlier result lost: look up before retrying")
 	case ShapeIdempotent:
 		if !insideDedupeWindow(ev) {
-			return Plan{ActMarkIndeterminate, fmt.Sprintf("earlier result lost and the provider's %s dedupe window no longer covers the first attempt", r.DedupeWindow)}
+			return indeterminate(ev, fmt.Sprintf("earlier result lost and the provider's %s dedupe window no longer covers the first attempt", r.DedupeWindow))
 		}
 		if exhausted {
-			return Plan{ActMarkIndeterminate, fmt.Sprintf("earlier result lost and attempt limit %d reached", r.MaxAttempts)}
+			return indeterminate(ev, fmt.Sprintf("earlier result lost and attempt limit %d reached", r.MaxAttempts))
 		}
-		return Plan{ActAttempt, "earlier result lost: retry with the same idempotency key inside the dedupe window"}
+		return attempt(ev, "earlier result lost: retry with the same idempotency key inside the dedupe window")
 	case ShapeRepeatable:
 		if exhausted {
-			return Plan{ActExhaust, fmt.Sprintf("attempt limit %d reached; last result unknown on a repeatable effect", r.MaxAttempts)}
+			return exhaust(ev, fmt.Sprintf("attempt limit %d reached; last result unknown on a repeatable effect", r.MaxAttempts))
 		}
-		return Plan{ActAttempt, "earlier result lost: repeatable effect, repeat it"}
+		return attempt(ev, "earlier result lost: repeatable effect, repeat it")
 	default: // ShapeUnsafe and anything unrecognised: never re-execute on a guess.
-		return Plan{ActMarkIndeterminate, "earlier result lost on an unsafe effect: operator must settle it"}
+		return indeterminate(ev, "earlier result lost on an unsafe effect: operator must settle it")
 	}
+}
+
+// AfterAttempt is the table's row for an attempt this delivery just made;
+// ev.Op is the operation with that attempt started (and ev.Held set).
+func AfterAttempt(ev Evidence, res EffectResult) Plan {
+	switch res.Outcome {
+	case OutcomeConfirmed:
+		return confirm(ev, res.ResultID, "downstream confirmed the effect")
+	case OutcomeTerminal:
+		return exhaust(ev, "downstream refused for good: "+res.Reason)
+	}
+	// Retryable or unknown: the evidence now has this attempt's outcome, and
+	// the arrival table says what it allows. Only a fresh delivery may start
+	// another attempt, so "attempt" here means "let the broker redeliver".
+	after := *ev.Op
+	after.LastAttempt = &Attempt{N: after.AttemptCount, Outcome: res.Outcome, Reason: res.Reason}
+	if ev.Op.LastAttempt != nil {
+		a := *ev.Op.LastAttempt
+		a.Outcome, a.Reason = res.Outcome, res.Reason
+		after.LastAttempt = &a
+	}
+	ev.Op = &after
+	p := Decide(ev)
+	switch p.Action {
+	case ActAttempt:
+		return plan(ActRetryLater, Nack, "attempt failed, the broker will redeliver: "+p.Reason)
+	case ActLookupFirst:
+		p.Reason = "response lost: " + p.Reason
+	}
+	return p
+}
+
+// AfterLookup is the table's row for a lookup of the effect: made before any
+// write when an earlier result was lost (ev.Held false), or right after this
+// delivery's own attempt lost its response (ev.Held true).
+func AfterLookup(ev Evidence, res LookupResult) Plan {
+	switch res.Outcome {
+	case OutcomeConfirmed:
+		return confirm(ev, res.ResultID, "lookup found the effect: "+res.ResultID)
+	case OutcomeAbsent:
+		if ev.Held {
+			return plan(ActRetryLater, Nack, "response lost; lookup says absent, a retry is allowed")
+		}
+		return attempt(ev, "lookup says the effect is absent: retry allowed")
+	}
+	return indeterminate(ev, "earlier result lost and the lookup is unavailable: "+res.Reason)
+}
+
+// AnswerFor is the one map from a settled state to what the broker is told.
+// A terminal state is acked only when the gateway itself dead-letters
+// (having recorded it); otherwise the broker's own dead-letter policy must
+// see nacks. Every open state is a nack: its work is not done.
+func AnswerFor(s State, p DeadLetterPolicy) Decision {
+	switch s {
+	case StateEffectConfirmed, StateAckPending, StateAcknowledged:
+		return Ack
+	case StateTerminalFailure, StateConflicting:
+		if p == DeadLetterGateway {
+			return Ack
+		}
+	}
+	return Nack
+}
+
+func plan(a Action, answer Decision, reason string, path ...State) Plan {
+	return Plan{Action: a, Path: path, Answer: answer, Reason: reason}
+}
+
+func attempt(ev Evidence, reason string) Plan {
+	return plan(ActAttempt, Nack, reason, via(ev, StatePendingEffect)...)
+}
+
+func confirm(ev Evidence, resultID, reason string) Plan {
+	p := plan(ActConfirm, Ack, reason, via(ev, StateEffectConfirmed, StateAckPending)...)
+	p.ResultID, p.AfterSent = resultID, []State{StateAcknowledged}
+	return p
+}
+
+func exhaust(ev Evidence, reason string) Plan {
+	return plan(ActExhaust, AnswerFor(StateTerminalFailure, ev.Route.DeadLetter), reason, via(ev, StateTerminalFailure)...)
+}
+
+func indeterminate(ev Evidence, reason string) Plan {
+	return plan(ActMarkIndeterminate, Nack, reason, via(ev, StateEffectIndeterminate)...)
+}
+
+// via is the path to the given states for a delivery that writes them: one
+// that holds the operation goes there directly; one that does not first
+// reserves it (a new operation starts at received, and an operation already
+// in reserved is not reserved twice).
+func via(ev Evidence, to ...State) []State {
+	if ev.Held {
+		return to
+	}
+	var path []State
+	switch {
+	case ev.Op == nil:
+		path = []State{StateReceived, StateReserved}
+	case ev.Op.State != StateReserved:
+		path = []State{StateReserved}
+	}
+	return append(path, to...)
 }
 
 // insideDedupeWindow reports whether a retry started now (and running for up
@@ -151,14 +323,4 @@ func insideDedupeWindow(ev Evidence) bool {
 		return false
 	}
 	return ev.Now.Add(ev.Route.Effect.Timeout).Before(first.Add(ev.Route.DedupeWindow))
-}
-
-// Terminal returns the decision for a message the gateway will never process:
-// acked once it is dead-lettered in the ledger, nacked when the broker's own
-// dead-letter policy is meant to take it.
-func Terminal(p DeadLetterPolicy) Decision {
-	if p == DeadLetterGateway {
-		return Ack
-	}
-	return Nack
 }

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,52 +18,233 @@ func testRoute(shape Shape) *Route {
 	}
 }
 
+// row is one line of the decision table: the evidence, and the action, the
+// state path and the broker's answer it leads to.
+type row struct {
+	name   string
+	shape  Shape
+	policy DeadLetterPolicy
+	op     *Operation
+	pub    time.Time
+	fp     string
+	held   bool
+	want   Action
+	path   []State
+	answer Decision
+	// sent is the path recorded once the ack is on the wire.
+	sent []State
+}
+
+func (r row) evidence(now time.Time) Evidence {
+	route := testRoute(r.shape)
+	if r.policy != "" {
+		route.DeadLetter = r.policy
+	}
+	fp := r.fp
+	if fp == "" {
+		fp = "fp-1"
+	}
+	return Evidence{Route: route, Op: r.op, Fingerprint: fp, Held: r.held, PublishTime: r.pub, Now: now}
+}
+
+func (r row) check(t *testing.T, got Plan) {
+	t.Helper()
+	if got.Action != r.want || !slices.Equal(got.Path, r.path) || got.Answer != r.answer || !slices.Equal(got.AfterSent, r.sent) {
+		t.Fatalf("plan = %s path %v answer %s sent %v (%s)\nwant %s path %v answer %s sent %v",
+			got.Action, got.Path, got.Answer, got.AfterSent, got.Reason, r.want, r.path, r.answer, r.sent)
+	}
+	if got.Reason == "" {
+		t.Fatalf("plan %s has no reason", got.Action)
+	}
+	// Every path the table plans is one the ledger will accept.
+	from := State("")
+	if r.op != nil && got.Action != ActConflict {
+		from = r.op.State
+	}
+	if _, err := Path(from, got.Path...); err != nil {
+		t.Fatalf("planned path %v from %q: %v", got.Path, from, err)
+	}
+	if len(got.AfterSent) > 0 {
+		if _, err := Path(r.op.stateAfter(got.Path), got.AfterSent...); err != nil {
+			t.Fatalf("after-send path %v: %v", got.AfterSent, err)
+		}
+	}
+}
+
+func (o *Operation) stateAfter(path []State) State {
+	if len(path) > 0 {
+		return path[len(path)-1]
+	}
+	if o == nil {
+		return ""
+	}
+	return o.State
+}
+
+var (
+	now     = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	first   = now.Add(-10 * time.Minute)
+	longAgo = now.Add(-2 * time.Hour)
+)
+
+func op(state State, count int, outcome Outcome, firstAt *time.Time) *Operation {
+	o := &Operation{ID: "op_1", Key: "k", Fingerprint: "fp-1", State: state, AttemptCount: count,
+		FirstAttemptAt: firstAt, DeadLetterPolicy: DeadLetterBroker, Reason: "earlier reason"}
+	if count > 0 {
+		o.LastAttempt = &Attempt{N: count, Outcome: outcome, Reason: "HTTP 503"}
+	}
+	return o
+}
+
+var (
+	pending  = StatePendingEffect
+	toRetry  = []State{StateReserved, StatePendingEffect}
+	toIndet  = []State{StateReserved, StateEffectIndeterminate}
+	toTerm   = []State{StateReserved, StateTerminalFailure}
+	toAckPen = []State{StateReserved, StateEffectConfirmed, StateAckPending}
+	acked    = []State{StateAcknowledged}
+)
+
+// TestDecideTable walks every row of the arrival table.
 func TestDecideTable(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	first := now.Add(-10 * time.Minute)
-	longAgo := now.Add(-2 * time.Hour)
-	pending := func(count int, outcome Outcome, firstAt *time.Time) *Operation {
-		return &Operation{State: StatePendingEffect, AttemptCount: count, FirstAttemptAt: firstAt,
-			LastAttempt: &Attempt{N: count, Outcome: outcome, Reason: "HTTP 503"}}
+	gatewayTerminal := op(StateTerminalFailure, 3, OutcomeRetryable, &first)
+	gatewayTerminal.DeadLetterPolicy = DeadLetterGateway
+	rows := []row{
+		{name: "new operation is attempted", shape: ShapeUnsafe, pub: now.Add(-time.Minute),
+			want: ActAttempt, path: []State{StateReceived, StateReserved, pending}, answer: Nack},
+		{name: "new operation older than retention is a gap", shape: ShapeIdempotent, pub: now.Add(-9 * 24 * time.Hour),
+			want: ActRetentionGap, path: []State{StateReceived, StateTerminalFailure}, answer: Nack},
+		{name: "retention gap under gateway dead-lettering is acked", shape: ShapeIdempotent, policy: DeadLetterGateway, pub: now.Add(-9 * 24 * time.Hour),
+			want: ActRetentionGap, path: []State{StateReceived, StateTerminalFailure}, answer: Ack},
+		{name: "key reused with another payload while the original is open", shape: ShapeIdempotent, fp: "fp-2", op: op(pending, 1, "", &first),
+			want: ActConflict, path: []State{StateReceived, StateConflicting}, answer: Nack},
+		{name: "key reused with another payload after the ack", shape: ShapeIdempotent, policy: DeadLetterGateway, fp: "fp-2", op: op(StateAcknowledged, 1, OutcomeConfirmed, &first),
+			want: ActConflict, path: []State{StateReceived, StateConflicting}, answer: Ack},
+		{name: "intent without attempt resumes", shape: ShapeUnsafe, op: op(pending, 0, "", nil),
+			want: ActAttempt, path: toRetry, answer: Nack},
+		{name: "reserved without attempt resumes without reserving twice", shape: ShapeUnsafe, op: op(StateReserved, 0, "", nil),
+			want: ActAttempt, path: []State{pending}, answer: Nack},
+		{name: "received without attempt is reserved first", shape: ShapeUnsafe, op: op(StateReceived, 0, "", nil),
+			want: ActAttempt, path: toRetry, answer: Nack},
+		{name: "documented failure retries", shape: ShapeUnsafe, op: op(pending, 1, OutcomeRetryable, &first),
+			want: ActAttempt, path: toRetry, answer: Nack},
+		{name: "documented failure at the limit exhausts", shape: ShapeUnsafe, op: op(pending, 3, OutcomeRetryable, &first),
+			want: ActExhaust, path: toTerm, answer: Nack},
+		{name: "exhausted under gateway dead-lettering is acked", shape: ShapeUnsafe, policy: DeadLetterGateway, op: op(pending, 3, OutcomeRetryable, &first),
+			want: ActExhaust, path: toTerm, answer: Ack},
+		{name: "lost response, idempotent inside window retries", shape: ShapeIdempotent, op: op(pending, 1, OutcomeUnknown, &first),
+			want: ActAttempt, path: toRetry, answer: Nack},
+		{name: "lost response, idempotent outside window is indeterminate", shape: ShapeIdempotent, op: op(pending, 1, OutcomeUnknown, &longAgo),
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack},
+		{name: "lost response, idempotent at limit is indeterminate not terminal", shape: ShapeIdempotent, op: op(pending, 3, OutcomeUnknown, &first),
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack},
+		{name: "owner died mid-attempt, unsafe is indeterminate", shape: ShapeUnsafe, op: op(pending, 1, "", &first),
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack},
+		{name: "lost response, lookup asks first and writes nothing yet", shape: ShapeLookup, op: op(pending, 1, OutcomeUnknown, &first),
+			want: ActLookupFirst, answer: Nack},
+		{name: "lost response, unsafe is indeterminate", shape: ShapeUnsafe, op: op(pending, 1, OutcomeUnknown, &first),
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack},
+		{name: "lost response, repeatable repeats", shape: ShapeRepeatable, op: op(pending, 1, OutcomeUnknown, &first),
+			want: ActAttempt, path: toRetry, answer: Nack},
+		{name: "lost response, repeatable at limit exhausts", shape: ShapeRepeatable, op: op(pending, 3, OutcomeUnknown, &first),
+			want: ActExhaust, path: toTerm, answer: Nack},
+		{name: "confirmed acks without effect, then records the ack", shape: ShapeUnsafe, op: op(StateEffectConfirmed, 1, OutcomeConfirmed, &first),
+			want: ActAckExisting, answer: Ack, sent: []State{StateAckPending, StateAcknowledged}},
+		{name: "ack pending acks without effect, then records the ack", shape: ShapeUnsafe, op: op(StateAckPending, 1, OutcomeConfirmed, &first),
+			want: ActAckExisting, answer: Ack, sent: acked},
+		{name: "acknowledged acks without effect", shape: ShapeUnsafe, op: op(StateAcknowledged, 1, OutcomeConfirmed, &first),
+			want: ActAckExisting, answer: Ack},
+		{name: "indeterminate holds", shape: ShapeIdempotent, op: op(StateEffectIndeterminate, 1, OutcomeUnknown, &first),
+			want: ActHoldIndeterminate, answer: Nack},
+		{name: "terminal holds, broker dead-letters", shape: ShapeRepeatable, op: op(StateTerminalFailure, 3, OutcomeRetryable, &first),
+			want: ActHoldTerminal, answer: Nack},
+		{name: "terminal holds, gateway dead-lettered", shape: ShapeRepeatable, op: gatewayTerminal,
+			want: ActHoldTerminal, answer: Ack},
+		{name: "confirmed attempt in an open state is never retried", shape: ShapeRepeatable, op: op(pending, 1, OutcomeConfirmed, &first),
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack},
 	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { r.check(t, Decide(r.evidence(now))) })
+	}
+	t.Run("an acknowledged redelivery is flagged", func(t *testing.T) {
+		got := Decide(row{shape: ShapeUnsafe, op: op(StateAcknowledged, 1, OutcomeConfirmed, &first)}.evidence(now))
+		if got.Anomaly != "redelivered_after_ack" {
+			t.Fatalf("anomaly %q", got.Anomaly)
+		}
+	})
+}
+
+// TestAfterAttemptTable walks the rows for an attempt this delivery made;
+// the operation is as its claim left it (pending_effect, attempt started).
+func TestAfterAttemptTable(t *testing.T) {
+	t.Parallel()
+	started := func(count int) *Operation { return op(pending, count, "", &first) }
 	cases := []struct {
-		name  string
-		shape Shape
-		op    *Operation
-		pub   time.Time
-		want  Action
+		row
+		res EffectResult
 	}{
-		{"new operation is attempted", ShapeUnsafe, nil, now.Add(-time.Minute), ActAttempt},
-		{"new operation older than retention is a gap", ShapeIdempotent, nil, now.Add(-9 * 24 * time.Hour), ActRetentionGap},
-		{"intent without attempt resumes", ShapeUnsafe, &Operation{State: StatePendingEffect}, time.Time{}, ActAttempt},
-		{"documented failure retries", ShapeUnsafe, pending(1, OutcomeRetryable, &first), time.Time{}, ActAttempt},
-		{"documented failure at the limit exhausts", ShapeUnsafe, pending(3, OutcomeRetryable, &first), time.Time{}, ActExhaust},
-		{"lost response, idempotent inside window retries", ShapeIdempotent, pending(1, OutcomeUnknown, &first), time.Time{}, ActAttempt},
-		{"lost response, idempotent outside window is indeterminate", ShapeIdempotent, pending(1, OutcomeUnknown, &longAgo), time.Time{}, ActMarkIndeterminate},
-		{"lost response, idempotent at limit is indeterminate not terminal", ShapeIdempotent, pending(3, OutcomeUnknown, &first), time.Time{}, ActMarkIndeterminate},
-		{"owner died mid-attempt, unsafe is indeterminate", ShapeUnsafe, pending(1, "", &first), time.Time{}, ActMarkIndeterminate},
-		{"lost response, lookup asks first", ShapeLookup, pending(1, OutcomeUnknown, &first), time.Time{}, ActLookupFirst},
-		{"lost response, unsafe is indeterminate", ShapeUnsafe, pending(1, OutcomeUnknown, &first), time.Time{}, ActMarkIndeterminate},
-		{"lost response, repeatable repeats", ShapeRepeatable, pending(1, OutcomeUnknown, &first), time.Time{}, ActAttempt},
-		{"lost response, repeatable at limit exhausts", ShapeRepeatable, pending(3, OutcomeUnknown, &first), time.Time{}, ActExhaust},
-		{"confirmed acks without effect", ShapeUnsafe, &Operation{State: StateEffectConfirmed}, time.Time{}, ActAckExisting},
-		{"ack pending acks without effect", ShapeUnsafe, &Operation{State: StateAckPending}, time.Time{}, ActAckExisting},
-		{"acknowledged acks without effect", ShapeUnsafe, &Operation{State: StateAcknowledged}, time.Time{}, ActAckExisting},
-		{"indeterminate holds", ShapeIdempotent, &Operation{State: StateEffectIndeterminate}, time.Time{}, ActHoldIndeterminate},
-		{"terminal holds", ShapeRepeatable, &Operation{State: StateTerminalFailure, Reason: "x"}, time.Time{}, ActHoldTerminal},
-		{"confirmed attempt in an open state is never retried", ShapeRepeatable, pending(1, OutcomeConfirmed, &first), time.Time{}, ActMarkIndeterminate},
+		{row{name: "confirmed commits the evidence and acks", shape: ShapeUnsafe, op: started(1),
+			want: ActConfirm, path: []State{StateEffectConfirmed, StateAckPending}, answer: Ack, sent: acked},
+			EffectResult{Outcome: OutcomeConfirmed, ResultID: "r-1"}},
+		{row{name: "refused for good is terminal", shape: ShapeIdempotent, op: started(1),
+			want: ActExhaust, path: []State{StateTerminalFailure}, answer: Nack},
+			EffectResult{Outcome: OutcomeTerminal, Reason: "HTTP 422"}},
+		{row{name: "refused for good, gateway dead-letters and acks", shape: ShapeIdempotent, policy: DeadLetterGateway, op: started(1),
+			want: ActExhaust, path: []State{StateTerminalFailure}, answer: Ack},
+			EffectResult{Outcome: OutcomeTerminal, Reason: "HTTP 422"}},
+		{row{name: "documented failure leaves it open for a redelivery", shape: ShapeUnsafe, op: started(1),
+			want: ActRetryLater, answer: Nack},
+			EffectResult{Outcome: OutcomeRetryable, Reason: "HTTP 503"}},
+		{row{name: "documented failure at the limit is terminal", shape: ShapeUnsafe, op: started(3),
+			want: ActExhaust, path: []State{StateTerminalFailure}, answer: Nack},
+			EffectResult{Outcome: OutcomeRetryable, Reason: "HTTP 503"}},
+		{row{name: "lost response, idempotent inside the window waits for a redelivery", shape: ShapeIdempotent, op: started(1),
+			want: ActRetryLater, answer: Nack},
+			EffectResult{Outcome: OutcomeUnknown, Reason: "timeout"}},
+		{row{name: "lost response, unsafe is indeterminate", shape: ShapeUnsafe, op: started(1),
+			want: ActMarkIndeterminate, path: []State{StateEffectIndeterminate}, answer: Nack},
+			EffectResult{Outcome: OutcomeUnknown, Reason: "timeout"}},
+		{row{name: "lost response, lookup asks", shape: ShapeLookup, op: started(1),
+			want: ActLookupFirst, answer: Nack},
+			EffectResult{Outcome: OutcomeUnknown, Reason: "timeout"}},
+		{row{name: "lost response, repeatable at the limit is terminal", shape: ShapeRepeatable, op: started(3),
+			want: ActExhaust, path: []State{StateTerminalFailure}, answer: Nack},
+			EffectResult{Outcome: OutcomeUnknown, Reason: "timeout"}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(Evidence{Route: testRoute(tc.shape), Op: tc.op, PublishTime: tc.pub, Now: now})
-			if got.Action != tc.want {
-				t.Fatalf("Decide = %s (%s), want %s", got.Action, got.Reason, tc.want)
-			}
-			if got.Reason == "" {
-				t.Fatalf("plan %s has no reason", got.Action)
-			}
-		})
+		tc.held = true
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, AfterAttempt(tc.evidence(now), tc.res)) })
+	}
+}
+
+// TestAfterLookupTable walks the rows for a lookup: before any write (a
+// redelivery after a lost response) and right after this delivery's attempt.
+func TestAfterLookupTable(t *testing.T) {
+	t.Parallel()
+	lost := op(pending, 1, OutcomeUnknown, &first)
+	found := LookupResult{Outcome: OutcomeConfirmed, ResultID: "r-9"}
+	absent := LookupResult{Outcome: OutcomeAbsent}
+	down := LookupResult{Outcome: OutcomeUnknown, Reason: "HTTP 503"}
+	cases := []struct {
+		row
+		res LookupResult
+	}{
+		{row{name: "before: found is confirmed under a new reservation", shape: ShapeLookup, op: lost,
+			want: ActConfirm, path: toAckPen, answer: Ack, sent: acked}, found},
+		{row{name: "before: absent allows one new attempt", shape: ShapeLookup, op: lost,
+			want: ActAttempt, path: toRetry, answer: Nack}, absent},
+		{row{name: "before: lookup unavailable is indeterminate, never a blind retry", shape: ShapeLookup, op: lost,
+			want: ActMarkIndeterminate, path: toIndet, answer: Nack}, down},
+		{row{name: "after: found is confirmed", shape: ShapeLookup, op: lost, held: true,
+			want: ActConfirm, path: []State{StateEffectConfirmed, StateAckPending}, answer: Ack, sent: acked}, found},
+		{row{name: "after: absent waits for a redelivery", shape: ShapeLookup, op: lost, held: true,
+			want: ActRetryLater, answer: Nack}, absent},
+		{row{name: "after: lookup unavailable is indeterminate", shape: ShapeLookup, op: lost, held: true,
+			want: ActMarkIndeterminate, path: []State{StateEffectIndeterminate}, answer: Nack}, down},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, AfterLookup(tc.evidence(now), tc.res)) })
 	}
 }
 
@@ -78,10 +260,21 @@ func TestDedupeWindowLeavesRoomForTheCall(t *testing.T) {
 	}
 }
 
-func TestTerminalDecisionFollowsPolicy(t *testing.T) {
+func TestAnswerForSettledStates(t *testing.T) {
 	t.Parallel()
-	if Terminal(DeadLetterGateway) != Ack || Terminal(DeadLetterBroker) != Nack {
-		t.Fatal("gateway dead-lettering must ack; broker dead-lettering must nack")
+	for _, s := range States {
+		for _, p := range []DeadLetterPolicy{DeadLetterGateway, DeadLetterBroker} {
+			want := Nack
+			switch {
+			case s.Confirmed():
+				want = Ack
+			case (s == StateTerminalFailure || s == StateConflicting) && p == DeadLetterGateway:
+				want = Ack
+			}
+			if got := AnswerFor(s, p); got != want {
+				t.Errorf("AnswerFor(%s, %s) = %s, want %s", s, p, got, want)
+			}
+		}
 	}
 }
 

@@ -156,36 +156,33 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 	case err != nil:
 		return g.nack(d, "evidence store unavailable"), &InfraError{"find operation", err}
 	}
-	if op != nil && op.Fingerprint != id.Fingerprint {
-		return g.conflict(ctx, d, op)
-	}
-	plan := Decide(Evidence{Route: route, Op: op, PublishTime: msg.PublishTime, Now: now})
+	plan := Decide(Evidence{Route: route, Op: op, Fingerprint: id.Fingerprint, PublishTime: msg.PublishTime, Now: now})
 	switch plan.Action {
-	case ActAckExisting:
-		return g.ackExisting(d, op, plan), nil
-	case ActHoldTerminal:
-		return g.answer(d, op, Terminal(op.DeadLetterPolicy), plan.Reason, ""), nil
-	case ActHoldIndeterminate:
-		return g.answer(d, op, Nack, plan.Reason, ""), nil
+	case ActConflict:
+		return g.conflict(ctx, d, op, plan)
+	case ActAckExisting, ActHoldTerminal, ActHoldIndeterminate:
+		return g.answer(d, op, plan), nil
 	}
 	return g.reserved(ctx, d, op, plan)
 }
 
-// answer builds a result for a delivery that changes nothing but its own
-// record, which is written after the response.
-func (g *Gate) answer(d *delivery, op *Operation, dec Decision, reason, anomaly string) *Result {
-	res := &Result{Decision: dec, Reason: bound(reason), OperationID: d.id.OperationID}
-	if op != nil {
-		res.State = op.State
-	}
+// answer builds the result of a plan that writes nothing before the answer:
+// the delivery's own record follows the response, and so does an ack's mark.
+func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
+	res := &Result{Decision: p.Answer, Reason: bound(p.Reason), OperationID: d.id.OperationID}
 	if op == nil {
 		// Turned away before the operation exists (another owner is creating
 		// it): there is no record to attach the delivery to yet.
 		return res
 	}
+	res.State = op.State
 	rec := *d.rec
-	rec.Decision, rec.Reason, rec.Anomaly = dec, res.Reason, anomaly
+	rec.Decision, rec.Reason, rec.Anomaly = p.Answer, res.Reason, p.Anomaly
 	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
+	if len(p.AfterSent) > 0 {
+		id, from, fence := op.ID, op.State, op.Fence
+		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, d.route, id, from, fence, p.AfterSent) })
+	}
 	return res
 }
 
@@ -193,34 +190,16 @@ func (g *Gate) nack(d *delivery, reason string) *Result {
 	return &Result{Decision: Nack, Reason: reason, OperationID: d.id.OperationID}
 }
 
-// ackExisting answers a redelivery of confirmed work: one read, no effect.
-func (g *Gate) ackExisting(d *delivery, op *Operation, plan Plan) *Result {
-	anomaly := ""
-	if op.State == StateAcknowledged {
-		anomaly = "redelivered_after_ack"
-	}
-	res := g.answer(d, op, Ack, plan.Reason, anomaly)
-	if op.State == StateAckPending || op.State == StateEffectConfirmed {
-		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, d.route, op.ID, op.State, op.Fence) })
-	}
-	return res
-}
-
-func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, from State, fence int64) error {
-	steps := []State{StateAcknowledged}
-	if from == StateEffectConfirmed {
-		steps = []State{StateAckPending, StateAcknowledged}
-	}
-	path, err := Path(from, steps...)
+// markAcknowledged records the path of an ack that reached the wire, under
+// the fence that confirmed the effect.
+func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, from State, fence int64, path []State) error {
+	c := AckedChange(opID, from, fence, nil, g.Now())
+	steps, err := stepsAlong(from, path, "acknowledging response written")
 	if err != nil {
 		return err
 	}
-	now := g.Now()
-	c := &Change{
-		Operation: &Operation{ID: opID}, ExpectState: from, Fence: fence,
-		Steps: stepsWith(path, "acknowledging response written"), AckedAt: &now, At: now,
-	}
-	err = g.Ledger.Apply(ctx, c)
+	c.Steps = steps
+	err = g.Ledger.Write(ctx, c)
 	if errors.Is(err, ErrStateChanged) {
 		return nil // a concurrent redelivery marked it first
 	}
@@ -231,23 +210,21 @@ func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, 
 }
 
 // conflict keeps a reused key with a different payload as its own record.
-func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation) (*Result, error) {
-	reason := fmt.Sprintf("operation key %q reused with a different fingerprint than operation %s", d.id.Key, orig.ID)
+func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation, p Plan) (*Result, error) {
 	rec := &Operation{
 		ID: ConflictID(d.id.ScopeKey, d.id.Fingerprint), ScopeKey: d.id.ScopeKey,
 		Tenant: d.route.Tenant, Route: d.route.Name, KeySource: d.route.Key.Kind, Key: d.id.Key,
 		Fingerprint: d.id.Fingerprint, FingerprintVersion: d.route.Fingerprint.Version,
-		ConflictOf: orig.ID, State: StateConflicting, Shape: d.route.Shape,
+		ConflictOf: orig.ID, State: p.Target(), Shape: d.route.Shape,
 		DeadLetterPolicy: d.route.DeadLetter, ContractVersion: d.route.ContractVersion,
-		Reason: bound(reason), TraceID: d.rec.TraceID,
+		Reason: bound(p.Reason), TraceID: d.rec.TraceID,
 		CreatedAt: d.now, UpdatedAt: d.now, RetainUntil: d.now.Add(d.route.Retention),
 	}
-	dec := Terminal(d.route.DeadLetter)
 	c := &Conflict{Original: orig, Record: rec, At: d.now}
 	rd := *d.rec
-	rd.OperationID, rd.Decision, rd.Reason = rec.ID, dec, rec.Reason
+	rd.OperationID, rd.Decision, rd.Reason = rec.ID, p.Answer, rec.Reason
 	c.Delivery = &rd
-	if dec == Ack {
+	if p.Answer == Ack {
 		c.DeadLetter = &DeadLetter{OperationID: rec.ID, Reason: rec.Reason, At: d.now}
 	}
 	cctx, end := g.span(ctx, "ledger record conflict", attribute.String("ackgate.operation.id", rec.ID))
@@ -256,11 +233,11 @@ func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation) (*Res
 	if err != nil {
 		return g.nack(d, "evidence store unavailable"), &InfraError{"record conflict", err}
 	}
-	return &Result{Decision: dec, Reason: rec.Reason, OperationID: stored.ID, State: stored.State}, nil
+	return &Result{Decision: p.Answer, Reason: rec.Reason, OperationID: stored.ID, State: stored.State}, nil
 }
 
-// reserved runs the plans that need the operation's lease.
-func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Plan) (*Result, error) {
+// reserved takes the operation's lease and hands the plan to an owner.
+func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan) (*Result, error) {
 	var floor int64
 	if op != nil {
 		floor = op.Fence
@@ -271,7 +248,7 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Pl
 	if errors.Is(err, ErrHeld) {
 		end(nil)
 		g.recorder().Contended(ctx, d.route)
-		return g.answer(d, op, Nack, "another owner holds the lease", ""), nil
+		return g.answer(d, op, Plan{Answer: Nack, Reason: "another owner holds the lease"}), nil
 	}
 	if err == nil {
 		trace.SpanFromContext(rctx).SetAttributes(attribute.Int64("ackgate.fence", lease.Fence))
@@ -281,10 +258,7 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, plan Pl
 		return g.nack(d, "reservation store unavailable"), &InfraError{"acquire reservation", err}
 	}
 	o := &owned{g: g, d: d, op: op, lease: lease}
-	res, err := o.run(ctx, plan)
-	if res == nil {
-		res = g.nack(d, "evidence store unavailable")
-	}
+	res, err := o.run(ctx, p)
 	res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, o.lease) })
 	return res, err
 }
@@ -307,10 +281,16 @@ func traceID(ctx context.Context) string {
 	return sc.TraceID().String()
 }
 
-func stepsWith(path []Transition, reason string) []Step {
-	out := make([]Step, len(path))
-	for i, t := range path {
+// stepsAlong turns a plan's path from state from into the ledger's steps,
+// checking every edge against the transition table.
+func stepsAlong(from State, path []State, reason string) ([]Step, error) {
+	edges, err := Path(from, path...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Step, len(edges))
+	for i, t := range edges {
 		out[i] = Step{Transition: t, Reason: bound(reason)}
 	}
-	return out
+	return out, nil
 }

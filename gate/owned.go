@@ -1,8 +1,10 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,149 +24,135 @@ type owned struct {
 	extensions int
 	leaseLost  bool
 	// claimed is set once this delivery's claim committed, so its delivery
-	// row exists and can be answered.
+	// row exists and can be answered, and its next write is a settlement.
 	claimed bool
-}
-
-// decisionFor is what the gate answers for an operation left in state s.
-func decisionFor(s State, p DeadLetterPolicy) Decision {
-	switch s {
-	case StateAckPending:
-		return Ack
-	case StateTerminalFailure:
-		return Terminal(p)
-	}
-	return Nack
+	// finished is how this delivery's attempt ended, for the settling write.
+	finished *Attempt
 }
 
 func (o *owned) route() *Route { return o.d.route }
 
-func (o *owned) run(ctx context.Context, plan Plan) (*Result, error) {
-	switch plan.Action {
-	case ActAttempt:
-		if err := o.claim(ctx, plan.Reason, true, "", StateReserved, StatePendingEffect); err != nil {
-			return o.refused(err)
-		}
-		return o.attempt(ctx)
-	case ActLookupFirst:
-		// A lookup is a read: ask under the lease before writing anything, then
-		// commit the answer together with the claim.
-		lr := o.lookup(ctx)
-		switch lr.Outcome {
-		case OutcomeConfirmed:
-			err := o.claim(ctx, "lookup found the effect: "+lr.ResultID, false, lr.ResultID,
-				StateReserved, StateEffectConfirmed, StateAckPending)
-			if err != nil {
-				return o.refused(err)
-			}
-			return o.acked("effect confirmed by lookup"), nil
-		case OutcomeAbsent:
-			if err := o.claim(ctx, "lookup says the effect is absent: retry allowed", true, "", StateReserved, StatePendingEffect); err != nil {
-				return o.refused(err)
-			}
-			return o.attempt(ctx)
-		default:
-			return o.indeterminateByClaim(ctx, "earlier result lost and the lookup is unavailable: "+lr.Reason)
-		}
-	case ActMarkIndeterminate:
-		return o.indeterminateByClaim(ctx, plan.Reason)
-	case ActExhaust:
-		if err := o.claim(ctx, plan.Reason, false, "", StateReserved, StateTerminalFailure); err != nil {
-			return o.refused(err)
-		}
-		return o.terminalResult(plan.Reason), nil
-	case ActRetentionGap:
-		if err := o.claim(ctx, plan.Reason, false, "", StateTerminalFailure); err != nil {
-			return o.refused(err)
-		}
-		return o.terminalResult(plan.Reason), nil
-	}
-	return o.g.nack(o.d, "no plan for "+string(plan.Action)), nil
+// evidence is what this owner knows now, for the next row of the table.
+func (o *owned) evidence() Evidence {
+	return Evidence{Route: o.route(), Op: o.op, Fingerprint: o.d.id.Fingerprint, Held: o.claimed,
+		PublishTime: o.d.msg.PublishTime, Now: o.g.Now()}
 }
 
-func (o *owned) indeterminateByClaim(ctx context.Context, reason string) (*Result, error) {
-	if err := o.claim(ctx, reason, false, "", StateReserved, StateEffectIndeterminate); err != nil {
-		return o.refused(err)
+// run executes plans until one has an answer: it looks up, writes and calls
+// as each plan says, and asks the decision table what the result allows.
+func (o *owned) run(ctx context.Context, p Plan) (*Result, error) {
+	for {
+		switch p.Action {
+		case ActLookupFirst:
+			p = AfterLookup(o.evidence(), o.lookup(ctx))
+			continue
+		case ActAttempt:
+			if o.claimed {
+				// The table never plans a second call in one delivery.
+				return o.refused(fmt.Errorf("gate: a second attempt planned within one delivery: %s", p.Reason))
+			}
+			if err := o.write(ctx, p); err != nil {
+				return o.refused(err)
+			}
+			p = AfterAttempt(o.evidence(), o.attempt(ctx))
+			continue
+		}
+		if err := o.write(ctx, p); err != nil {
+			return o.refused(err)
+		}
+		return o.answered(p), nil
 	}
-	return o.result(Nack, reason), nil
 }
 
-// claim takes the operation under the lease's fence in one commit: a new
-// operation is created, an existing one moved only if its state and fence are
-// what this owner read. With start set it also records the next attempt and
-// its idempotency key, so the attempt is durable before the call is made.
-func (o *owned) claim(ctx context.Context, reason string, start bool, resultID string, steps ...State) error {
+// write commits the plan's path as the named change its action records: a
+// claim when this delivery has not written yet, a settlement of its attempt
+// afterwards. Every write carries the lease's fencing token.
+func (o *owned) write(ctx context.Context, p Plan) error {
 	now := o.g.Now()
-	deadline := o.lease.Expires
-	c := &Change{
-		Claim: true, Fence: o.lease.Fence, Owner: o.lease.Owner, LeaseDeadline: &deadline,
-		Reason: bound(reason), TraceID: o.d.rec.TraceID, At: now,
+	reason := p.Reason
+	if o.claimed && o.leaseLost {
+		reason += " (lease lost during the call)"
 	}
 	var from State
-	if o.op == nil {
-		steps = append([]State{StateReceived}, steps...)
-		o.op = o.newOperation()
-	} else {
+	if o.op != nil {
 		from = o.op.State
-		if from == StateReserved && len(steps) > 0 && steps[0] == StateReserved {
-			steps = steps[1:]
-		}
-		c.ExpectState = from
 	}
-	path, err := Path(from, steps...)
+	steps, err := stepsAlong(from, p.Path, reason)
 	if err != nil {
 		return err
 	}
-	c.Steps = stepsWith(path, reason)
-	next := *o.op
-	next.State = path[len(path)-1].To
-	rec := *o.d.rec
-	rec.Reason, rec.Owner = bound(reason), o.lease.Owner
-	if !start {
-		// Nothing follows this commit, so the answer is already known.
-		rec.Decision = decisionFor(next.State, o.route().DeadLetter)
-	}
-	c.Delivery = &rec
-	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
-	next.DeliveryCount++
-	next.Reason = c.Reason
-	if start {
-		c.StartAttempt = &Attempt{
-			N: next.AttemptCount + 1, Kind: AttemptEffect, IdempotencyKey: o.d.id.IdempotencyKey,
-			Fence: o.lease.Fence, StartedAt: now,
-		}
-		next.AttemptCount++
-		next.LastAttempt = c.StartAttempt
+	next, w := o.writer(p, reason, now)
+	var c *Change
+	switch p.Action {
+	case ActAttempt:
+		a := &Attempt{N: next.AttemptCount + 1, Kind: AttemptEffect, IdempotencyKey: next.IdempotencyKey,
+			Fence: o.lease.Fence, StartedAt: now}
+		next.AttemptCount, next.LastAttempt = a.N, a
 		if next.FirstAttemptAt == nil {
 			next.FirstAttemptAt = &now
 		}
+		c = StartChange(w, steps, a, reason, now)
+	case ActConfirm:
+		next.ResultID, next.EvidenceAt = p.ResultID, &now
+		c = ConfirmChange(w, steps, p.ResultID, reason, now)
+	case ActMarkIndeterminate:
+		next.Lane = LaneOperator
+		c = IndeterminateChange(w, steps, LaneOperator, reason, now)
+	case ActExhaust, ActRetentionGap:
+		c = TerminalChange(w, steps, o.deadLetter(next.ID, p.Answer, reason, now), reason, now)
+	case ActRetryLater:
+		c = RetryLaterChange(w, reason, now)
+	default:
+		return fmt.Errorf("gate: no ledger change records %s", p.Action)
 	}
-	if resultID != "" {
-		c.ResultID, c.EvidenceAt = resultID, &now
-		next.ResultID, next.EvidenceAt = resultID, &now
+	if t := p.Target(); t != "" {
+		next.State = t
 	}
-	if next.State == StateTerminalFailure {
-		c.DeadLetter = o.deadLetter(reason, now)
+	next.Reason = c.Reason
+	name := "ledger claim"
+	if o.claimed {
+		name = "ledger settle"
 	}
-	if next.State == StateEffectIndeterminate {
-		c.Lane, next.Lane = "operator", "operator"
-	}
-	c.Operation = &next
-	cctx, end := o.g.span(ctx, "ledger claim", attribute.String("ackgate.operation.id", next.ID),
+	cctx, end := o.g.span(ctx, name, attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)),
 		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
-	if from == "" {
-		err = o.g.Ledger.Create(cctx, c)
-	} else {
-		err = o.g.Ledger.Apply(cctx, c)
-	}
+	err = o.g.Ledger.Write(cctx, c)
 	end(err)
 	if err != nil {
 		return err
 	}
 	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
-	o.op = &next
-	o.claimed = true
+	o.op, o.claimed = next, true
 	return nil
+}
+
+// writer is who writes p: on the first write, this delivery claiming the
+// operation (and recording itself, answered now unless a call follows);
+// later, the holder settling its attempt. next is the row as it will be.
+func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer) {
+	if o.claimed {
+		next := *o.op
+		fin := o.finished
+		next.LastAttempt = fin
+		answer := &Answer{Owner: o.lease.Owner, Decision: p.Answer, Reason: bound(reason)}
+		return &next, Settling(o.op, o.lease.Fence, fin, answer, o.extensions)
+	}
+	rec := *o.d.rec
+	rec.Reason, rec.Owner = bound(reason), o.lease.Owner
+	if p.Action != ActAttempt {
+		rec.Decision = p.Answer // nothing follows this commit
+	}
+	var next Operation
+	if o.op == nil {
+		next = *o.newOperation()
+	} else {
+		next = *o.op
+	}
+	next.TraceID = cmp.Or(o.d.rec.TraceID, next.TraceID)
+	w := Claiming(o.op, &next, o.lease, &rec, next.TraceID)
+	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
+	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions = &now, &o.lease.Expires, 0
+	next.DeliveryCount++
+	return &next, w
 }
 
 func (o *owned) newOperation() *Operation {
@@ -174,20 +162,23 @@ func (o *owned) newOperation() *Operation {
 		KeySource: r.Key.Kind, Key: id.Key, Fingerprint: id.Fingerprint,
 		FingerprintVersion: r.Fingerprint.Version, Shape: r.Shape, DeadLetterPolicy: r.DeadLetter,
 		ContractVersion: r.ContractVersion, IdempotencyKey: id.IdempotencyKey,
-		LeaseStart: &now, TraceID: o.d.rec.TraceID, SpanID: o.d.spanID,
+		TraceID: o.d.rec.TraceID, SpanID: o.d.spanID,
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(r.Retention),
 	}
 }
 
-func (o *owned) deadLetter(reason string, at time.Time) *DeadLetter {
-	if o.route().DeadLetter != DeadLetterGateway {
+// deadLetter is the record of a terminal operation the gateway takes out of
+// circulation itself, which is exactly when its answer is an ack.
+func (o *owned) deadLetter(id string, answer Decision, reason string, at time.Time) *DeadLetter {
+	if answer != Ack {
 		return nil
 	}
-	return &DeadLetter{OperationID: o.op.ID, Reason: bound(reason), At: at}
+	return &DeadLetter{OperationID: id, Reason: bound(reason), At: at}
 }
 
-// attempt calls the downstream once, under renewal, and commits what came back.
-func (o *owned) attempt(ctx context.Context) (*Result, error) {
+// attempt calls the downstream once, under renewal, and keeps how the
+// attempt ended for the settling write.
+func (o *owned) attempt(ctx context.Context) EffectResult {
 	req := &EffectRequest{
 		Route: o.route(), Message: o.d.msg, OperationID: o.op.ID,
 		IdempotencyKey: o.op.IdempotencyKey, Fence: o.lease.Fence,
@@ -207,88 +198,12 @@ func (o *owned) attempt(ctx context.Context) (*Result, error) {
 	o.d.downstream += took
 	o.g.recorder().Downstream(ctx, o.route(), AttemptEffect, er.Outcome, took)
 	now := o.g.Now()
-	fin := &Attempt{
+	o.finished = &Attempt{
 		N: o.op.AttemptCount, Kind: AttemptEffect, IdempotencyKey: o.op.IdempotencyKey,
 		Fence: o.lease.Fence, StartedAt: o.op.LastAttempt.StartedAt, FinishedAt: &now,
 		Outcome: er.Outcome, StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason),
 	}
-	switch er.Outcome {
-	case OutcomeConfirmed:
-		return o.settle(ctx, fin, "downstream confirmed the effect", er.ResultID, StateEffectConfirmed, StateAckPending)
-	case OutcomeTerminal:
-		return o.settle(ctx, fin, "downstream refused for good: "+er.Reason, "", StateTerminalFailure)
-	}
-	// Retryable or unknown: ask the decision table what the evidence now allows.
-	after := *o.op
-	after.LastAttempt = fin
-	plan := Decide(Evidence{Route: o.route(), Op: &after, Now: now})
-	switch plan.Action {
-	case ActAttempt:
-		return o.settle(ctx, fin, "attempt failed, the broker will redeliver: "+plan.Reason, "")
-	case ActExhaust:
-		return o.settle(ctx, fin, plan.Reason, "", StateTerminalFailure)
-	case ActLookupFirst:
-		lr := o.lookup(ctx)
-		switch lr.Outcome {
-		case OutcomeConfirmed:
-			return o.settle(ctx, fin, "response lost; lookup found the effect: "+lr.ResultID, lr.ResultID, StateEffectConfirmed, StateAckPending)
-		case OutcomeAbsent:
-			return o.settle(ctx, fin, "response lost; lookup says absent, a retry is allowed", "")
-		default:
-			return o.settle(ctx, fin, "response lost and the lookup is unavailable: "+lr.Reason, "", StateEffectIndeterminate)
-		}
-	default:
-		return o.settle(ctx, fin, plan.Reason, "", StateEffectIndeterminate)
-	}
-}
-
-// settle commits an attempt's outcome (and any transitions) under the fence,
-// then answers. Only a committed confirmation becomes an ack.
-func (o *owned) settle(ctx context.Context, fin *Attempt, reason, resultID string, steps ...State) (*Result, error) {
-	now := o.g.Now()
-	if o.leaseLost {
-		reason += " (lease lost during the call)"
-	}
-	c := &Change{
-		Operation: &Operation{ID: o.op.ID}, ExpectState: o.op.State, Fence: o.lease.Fence,
-		FinishAttempt: fin, Reason: bound(reason), LeaseExtensions: o.extensions, At: now,
-	}
-	path, err := Path(o.op.State, steps...)
-	if err != nil {
-		return nil, err
-	}
-	c.Steps = stepsWith(path, reason)
-	next := *o.op
-	next.LastAttempt = fin
-	if len(path) > 0 {
-		next.State = path[len(path)-1].To
-	}
-	if resultID != "" {
-		c.ResultID, c.EvidenceAt = resultID, &now
-	}
-	switch next.State {
-	case StateTerminalFailure:
-		c.DeadLetter = o.deadLetter(reason, now)
-	case StateEffectIndeterminate:
-		c.Lane = "operator"
-	}
-	c.Answer = &Answer{Owner: o.lease.Owner, Decision: decisionFor(next.State, o.route().DeadLetter), Reason: c.Reason}
-	sctx, end := o.g.span(ctx, "ledger settle", attribute.String("ackgate.operation.id", next.ID),
-		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
-	err = o.g.Ledger.Apply(sctx, c)
-	end(err)
-	if err != nil {
-		return o.refused(err)
-	}
-	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
-	o.op = &next
-	switch next.State {
-	case StateAckPending:
-		return o.acked(reason), nil
-	case StateTerminalFailure:
-		return o.terminalResult(reason), nil
-	}
-	return o.result(Nack, reason), nil
+	return er
 }
 
 // refused turns a ledger refusal into a nack. A fence or state mismatch means
@@ -315,22 +230,16 @@ func (o *owned) refused(err error) (*Result, error) {
 	return res, ierr
 }
 
-func (o *owned) result(dec Decision, reason string) *Result {
-	return &Result{Decision: dec, Reason: bound(reason), OperationID: o.op.ID, State: o.op.State}
-}
-
-func (o *owned) terminalResult(reason string) *Result {
-	return o.result(Terminal(o.route().DeadLetter), reason)
-}
-
-// acked answers ack for a committed ack_pending operation and, once the
-// response is out, records that the ack was sent.
-func (o *owned) acked(reason string) *Result {
-	res := o.result(Ack, reason)
-	id, fence := o.op.ID, o.lease.Fence
-	res.whenSent(func(ctx context.Context) error {
-		return o.g.markAcknowledged(ctx, o.route(), id, StateAckPending, fence)
-	})
+// answered is the result of a committed plan; an ack also marks the
+// operation acknowledged once the response is out.
+func (o *owned) answered(p Plan) *Result {
+	res := &Result{Decision: p.Answer, Reason: o.op.Reason, OperationID: o.op.ID, State: o.op.State}
+	if len(p.AfterSent) > 0 {
+		id, from, fence, route := o.op.ID, o.op.State, o.lease.Fence, o.route()
+		res.whenSent(func(ctx context.Context) error {
+			return o.g.markAcknowledged(ctx, route, id, from, fence, p.AfterSent)
+		})
+	}
 	return res
 }
 

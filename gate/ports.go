@@ -14,14 +14,13 @@ type Ledger interface {
 	// Find returns the operation (never a conflict record) for a scope key, or
 	// ErrNotFound. It is the only read on the hot path.
 	Find(ctx context.Context, scopeKey string) (*Operation, error)
-	// Create inserts a new operation together with its first transitions, its
-	// delivery and, when given, its first attempt. ErrExists when the scope key
-	// is already taken (another owner got there first).
-	Create(ctx context.Context, c *Change) error
-	// Apply changes an existing operation if c's expectations still hold.
-	// ErrFenced when a higher fencing token is recorded (or, for a claim, an
-	// equal one); ErrStateChanged when the state is not c.ExpectState.
-	Apply(ctx context.Context, c *Change) error
+	// Write commits one named change (see change.go) atomically, or nothing.
+	// A claim that creates the operation fails with ErrExists when the scope
+	// key is taken (another owner got there first). Any other write requires
+	// the row in c.Expect and the fence: ErrFenced when a higher token is
+	// recorded (or, for a claim, an equal one), ErrStateChanged when the
+	// state moved, ErrNotFound when there is no such operation.
+	Write(ctx context.Context, c *Change) error
 	// RecordConflict stores the conflicting record for (scope key, fingerprint)
 	// once, appends the delivery, and returns the record.
 	RecordConflict(ctx context.Context, c *Conflict) (*Operation, error)
@@ -116,6 +115,9 @@ type Operation struct {
 	RetainUntil time.Time `json:"retain_until"`
 }
 
+// LaneOperator is the lane of indeterminate work only a person can settle.
+const LaneOperator = "operator"
+
 // AttemptKind tells an effect call from a lookup.
 type AttemptKind string
 
@@ -194,39 +196,6 @@ type DeadLetter struct {
 type Step struct {
 	Transition
 	Reason string `json:"reason,omitempty"`
-}
-
-// Change is one atomic ledger write. Fields left zero are not touched.
-type Change struct {
-	// Operation is the full new row for Create. For Apply only ID is read.
-	Operation *Operation
-	// ExpectState guards Apply: the row must still be in this state.
-	ExpectState State
-	// Claim takes the operation under Fence, which must be strictly greater
-	// than the recorded one. Without Claim, the recorded fence must equal Fence.
-	Claim         bool
-	Fence         int64
-	Owner         string
-	LeaseDeadline *time.Time
-	// LeaseExtensions replaces the recorded count when non-zero.
-	LeaseExtensions int
-	Steps           []Step
-	// Reason replaces the operation's latest reason when non-empty.
-	Reason        string
-	Lane          string
-	Delivery      *Delivery
-	StartAttempt  *Attempt
-	FinishAttempt *Attempt
-	// ResultID and EvidenceAt are set when the effect is confirmed.
-	ResultID   string
-	EvidenceAt *time.Time
-	AckedAt    *time.Time
-	DeadLetter *DeadLetter
-	// Answer, when set, records the decision of this owner's claiming delivery
-	// in the same commit.
-	Answer  *Answer
-	TraceID string
-	At      time.Time
 }
 
 // Conflict is a reused key with a different fingerprint.

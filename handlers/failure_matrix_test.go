@@ -115,11 +115,11 @@ func leaveOrphanedIntent(t *testing.T, e *env, route *gate.Route, id gate.Identi
 		IdempotencyKey: id.IdempotencyKey, Fence: 1, Owner: "dead-worker",
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(route.Retention),
 	}
-	err = e.ledger.Create(context.Background(), &gate.Change{
-		Operation: op, Claim: true, Fence: 1, Owner: "dead-worker", Steps: steps, At: now,
-		Delivery:     &gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub, Source: "s", MessageID: m.ID, ReceivedAt: now},
-		StartAttempt: &gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: id.IdempotencyKey, Fence: 1, StartedAt: now},
-	})
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "dead-worker", Fence: 1, Expires: now.Add(time.Second)},
+		&gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub, Source: "s", MessageID: m.ID, ReceivedAt: now}, "")
+	err = e.ledger.Write(context.Background(), gate.StartChange(w, steps,
+		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: id.IdempotencyKey, Fence: 1, StartedAt: now},
+		"dead worker", now))
 	if err != nil {
 		t.Fatalf("create orphaned intent: %v", err)
 	}

@@ -129,20 +129,24 @@ func delivery(messageID string, at time.Time) *gate.Delivery {
 // under fence 1 and with effect attempt 1 recorded before the call.
 func createChange(t *testing.T, l *storage.Ledger, op *gate.Operation) error {
 	t.Helper()
-	deadline := t0.Add(30 * time.Second)
-	return l.Create(context.Background(), &gate.Change{
-		Operation:     op,
-		Fence:         1,
-		Owner:         "owner-a",
-		LeaseDeadline: &deadline,
-		Steps:         steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
-		Delivery:      delivery("m-1", t0),
-		StartAttempt: &gate.Attempt{
-			N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: 1, StartedAt: t0,
-		},
-		TraceID: "trace-1",
-		At:      t0,
-	})
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "owner-a", Fence: 1, Expires: t0.Add(30 * time.Second)},
+		delivery("m-1", t0), "trace-1")
+	return l.Write(context.Background(), gate.StartChange(w,
+		steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: 1, StartedAt: t0},
+		"new operation", t0))
+}
+
+// claiming is a delivery of owner taking operation id, now in from, under
+// fence, as the gate's claims do.
+func claiming(id string, from gate.State, fence int64, owner string, deadline time.Time, d *gate.Delivery) gate.Writer {
+	return gate.Claiming(&gate.Operation{ID: id, State: from}, nil,
+		gate.Lease{Owner: owner, Fence: fence, Expires: deadline}, d, "")
+}
+
+// settling is the holder of fence recording how attempt fin ended.
+func settling(id string, from gate.State, fence int64, fin *gate.Attempt, extensions int) gate.Writer {
+	return gate.Settling(&gate.Operation{ID: id, State: from}, fence, fin, nil, extensions)
 }
 
 func createPending(t *testing.T, l *storage.Ledger, op *gate.Operation) {

@@ -10,6 +10,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ackgate/ackgate/gate"
@@ -19,7 +21,7 @@ import (
 
 // Ledger is the Postgres evidence store.
 //
-// Create and Apply send their whole change as one pipelined batch and no
+// Every Write sends its whole change as one pipelined batch and no
 // explicit transaction. PostgreSQL runs everything between two Sync messages as
 // one implicit transaction: it commits at the Sync if every statement succeeded
 // and rolls all of it back at the first error. So the change is still atomic,
@@ -117,28 +119,57 @@ func insertOperationArgs(o *gate.Operation) []any {
 		o.SpanID, o.CreatedAt, o.UpdatedAt, o.RetainUntil}
 }
 
-// Create costs one round trip and one commit (see Ledger). The row is inserted
-// in the state its first step enters, then moved one step at a time.
-func (l *Ledger) Create(ctx context.Context, c *gate.Change) error {
-	if c.Operation == nil || c.Operation.ID == "" || len(c.Steps) == 0 {
-		return errors.New("storage: create: the change needs an operation with an id and at least one step")
+// Write implements gate.Ledger. A claim that carries a new row creates the
+// operation; every other change updates one under its guard.
+func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
+	if err := checkChange(c); err != nil {
+		return err
 	}
+	if c.Claim != nil && c.Claim.Row != nil {
+		return l.create(ctx, c)
+	}
+	return l.apply(ctx, c)
+}
+
+// checkChange refuses a change no constructor in gate builds, before it
+// reaches the server.
+func checkChange(c *gate.Change) error {
+	switch {
+	case c == nil || c.OperationID == "":
+		return errors.New("storage: write: the change names no operation")
+	case c.Kind == gate.ChangeAcked && (c.Claim != nil || c.Settle != nil):
+		return errors.New("storage: write: an acked change neither claims nor settles")
+	case c.Kind != gate.ChangeAcked && (c.Claim == nil) == (c.Settle == nil):
+		return fmt.Errorf("storage: write: a %s change either claims or settles", c.Kind)
+	case c.Claim != nil && c.Claim.Row != nil && (c.Claim.Row.ID != c.OperationID || len(c.Steps) == 0):
+		return errors.New("storage: write: a creating claim needs its row and at least one step")
+	case c.Expect == "" && (c.Claim == nil || c.Claim.Row == nil):
+		return errors.New("storage: write: only a creating claim may skip the state guard")
+	}
+	switch c.Kind {
+	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
+		gate.ChangeRetryLater, gate.ChangeAcked:
+		return nil
+	}
+	return fmt.Errorf("storage: write: unknown change kind %q", c.Kind)
+}
+
+// create costs one round trip and one commit (see Ledger). The row is
+// inserted in the state its first step enters, then moved one step at a time.
+func (l *Ledger) create(ctx context.Context, c *gate.Change) error {
 	at := orNow(c.At)
-	row := *c.Operation
+	row := *c.Claim.Row
 	row.State = c.Steps[0].To
-	row.Fence = cmp.Or(c.Fence, row.Fence)
-	row.Owner = cmp.Or(c.Owner, row.Owner)
-	if c.Owner != "" {
-		row.LeaseStart = &at
+	row.Fence, row.Owner, row.TraceID = c.Fence, c.Claim.Owner, c.Claim.TraceID
+	deadline := c.Claim.LeaseDeadline
+	row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = &at, &deadline, 0
+	row.Reason, row.ResultID, row.EvidenceAt, row.Lane, row.AckedAt = c.Reason, "", nil, "", nil
+	switch c.Kind {
+	case gate.ChangeConfirm:
+		row.ResultID, row.EvidenceAt = c.ResultID, &at
+	case gate.ChangeIndeterminate:
+		row.Lane = c.Lane
 	}
-	row.LeaseDeadline = cmp.Or(c.LeaseDeadline, row.LeaseDeadline)
-	row.LeaseExtensions = cmp.Or(c.LeaseExtensions, row.LeaseExtensions)
-	row.ResultID = cmp.Or(c.ResultID, row.ResultID)
-	row.EvidenceAt = cmp.Or(c.EvidenceAt, row.EvidenceAt)
-	row.AckedAt = cmp.Or(c.AckedAt, row.AckedAt)
-	row.Reason = cmp.Or(c.Reason, row.Reason)
-	row.Lane = cmp.Or(c.Lane, row.Lane)
-	row.TraceID = cmp.Or(c.TraceID, row.TraceID)
 	if row.CreatedAt.IsZero() {
 		row.CreatedAt = at
 	}
@@ -146,44 +177,63 @@ func (l *Ledger) Create(ctx context.Context, c *gate.Change) error {
 
 	b := &pgx.Batch{}
 	b.Queue(insertOperationSQL, insertOperationArgs(&row)...)
-	queueSteps(b, row.ID, c.Steps, row.Fence, messageID(c.Delivery), at)
+	queueSteps(b, row.ID, c.Steps, row.Fence, messageID(c.Claim.Delivery), at)
 	queueRecords(b, row.ID, c, at)
 	return translate("create", l.pool.SendBatch(ctx, b).Close())
 }
 
-const updateOperationSQL = `
-UPDATE operations SET
-	fence = $2,
-	owner = CASE WHEN $3::boolean THEN $4::text ELSE owner END,
-	lease_start = CASE WHEN $3::boolean THEN $5::timestamptz ELSE lease_start END,
-	lease_deadline = CASE WHEN $3::boolean THEN $6::timestamptz
-		ELSE coalesce($6::timestamptz, lease_deadline) END,
-	lease_extensions = CASE WHEN $7::integer <> 0 THEN $7::integer
-		WHEN $3::boolean THEN 0 ELSE lease_extensions END,
-	result_id = coalesce(nullif($8::text, ''), result_id),
-	evidence_at = coalesce($9::timestamptz, evidence_at),
-	acked_at = coalesce($10::timestamptz, acked_at),
-	reason = coalesce(nullif($11::text, ''), reason),
-	lane = coalesce(nullif($12::text, ''), lane),
-	trace_id = coalesce(nullif($13::text, ''), trace_id),
-	updated_at = $5::timestamptz
-WHERE id = $1`
-
-// Apply costs one round trip and one commit (see Ledger). The first statement
-// locks the row and checks ExpectState and the fence; if that fails, it raises
-// and nothing else in the batch takes effect.
-func (l *Ledger) Apply(ctx context.Context, c *gate.Change) error {
-	if c.Operation == nil || c.Operation.ID == "" || c.ExpectState == "" {
-		return errors.New("storage: apply: the change needs an operation id and an expected state")
+// apply costs one round trip and one commit (see Ledger). The first statement
+// locks the row and checks the expected state and the fence; if that fails,
+// it raises and nothing else in the batch takes effect.
+func (l *Ledger) apply(ctx context.Context, c *gate.Change) error {
+	id, at := c.OperationID, orNow(c.At)
+	var d *gate.Delivery
+	if c.Claim != nil {
+		d = c.Claim.Delivery
 	}
-	id, at := c.Operation.ID, orNow(c.At)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT ackgate_lock_operation($1, $2, $3, $4)`, id, c.ExpectState, c.Fence, c.Claim)
-	queueSteps(b, id, c.Steps, c.Fence, messageID(c.Delivery), at)
-	b.Queue(updateOperationSQL, id, c.Fence, c.Claim, c.Owner, at, c.LeaseDeadline, c.LeaseExtensions,
-		c.ResultID, c.EvidenceAt, c.AckedAt, c.Reason, c.Lane, c.TraceID)
+	b.Queue(`SELECT ackgate_lock_operation($1, $2, $3, $4)`, id, c.Expect, c.Fence, c.Claim != nil)
+	queueSteps(b, id, c.Steps, c.Fence, messageID(d), at)
+	sql, args := updateFor(c, at)
+	b.Queue(sql, args...)
 	queueRecords(b, id, c, at)
 	return translate("apply", l.pool.SendBatch(ctx, b).Close())
+}
+
+// updateFor is the UPDATE of the operation row for one named change: the
+// columns that change writes, and no others.
+func updateFor(c *gate.Change, at time.Time) (string, []any) {
+	var set []string
+	args := []any{c.OperationID}
+	col := func(name, cast string, v any) {
+		args = append(args, v)
+		set = append(set, fmt.Sprintf("%s = $%d::%s", name, len(args), cast))
+	}
+	col("updated_at", "timestamptz", at)
+	switch {
+	case c.Claim != nil:
+		col("fence", "bigint", c.Fence)
+		col("owner", "text", c.Claim.Owner)
+		col("lease_start", "timestamptz", at)
+		col("lease_deadline", "timestamptz", c.Claim.LeaseDeadline)
+		col("lease_extensions", "integer", 0)
+		col("trace_id", "text", c.Claim.TraceID)
+	case c.Settle != nil:
+		col("lease_extensions", "integer", c.Settle.LeaseExtensions)
+	}
+	switch c.Kind {
+	case gate.ChangeConfirm:
+		col("result_id", "text", c.ResultID)
+		col("evidence_at", "timestamptz", at)
+	case gate.ChangeIndeterminate:
+		col("lane", "text", c.Lane)
+	case gate.ChangeAcked:
+		col("acked_at", "timestamptz", at)
+	}
+	if c.Kind != gate.ChangeAcked {
+		col("reason", "text", c.Reason)
+	}
+	return "UPDATE operations SET " + strings.Join(set, ", ") + " WHERE id = $1", args
 }
 
 const (
@@ -261,24 +311,29 @@ func deliveryArgs(opID string, d *gate.Delivery) []any {
 
 // queueRecords appends what a change records besides the operation row.
 func queueRecords(b *pgx.Batch, id string, c *gate.Change, at time.Time) {
-	if d := c.Delivery; d != nil {
-		b.Queue(insertDeliverySQL, deliveryArgs(id, d)...)
+	if c.Claim != nil && c.Claim.Delivery != nil {
+		b.Queue(insertDeliverySQL, deliveryArgs(id, c.Claim.Delivery)...)
 	}
-	if a := c.Answer; a != nil && a.Owner != "" {
-		b.Queue(answerDeliverySQL, id, a.Owner, a.Decision, a.Reason)
-	}
-	if a := c.StartAttempt; a != nil {
-		b.Queue(insertAttemptSQL, id, a.N, a.Kind, a.IdempotencyKey, cmp.Or(a.Fence, c.Fence),
-			cmp.Or(a.StartedAt, at))
-	}
-	if a := c.FinishAttempt; a != nil {
-		finished := at
-		if a.FinishedAt != nil {
-			finished = *a.FinishedAt
+	if s := c.Settle; s != nil {
+		if a := s.Answer; a != nil && a.Owner != "" {
+			b.Queue(answerDeliverySQL, id, a.Owner, a.Decision, a.Reason)
 		}
-		b.Queue(finishAttemptSQL, id, a.N, finished, a.Outcome, a.StatusCode, a.ResultID, a.Reason)
+		if a := s.Finish; a != nil {
+			finished := at
+			if a.FinishedAt != nil {
+				finished = *a.FinishedAt
+			}
+			b.Queue(finishAttemptSQL, id, a.N, finished, a.Outcome, a.StatusCode, a.ResultID, a.Reason)
+		}
 	}
-	if dl := c.DeadLetter; dl != nil {
+	if a := c.Start; a != nil {
+		b.Queue(insertAttemptSQL, id, a.N, a.Kind, a.IdempotencyKey, c.Fence, cmp.Or(a.StartedAt, at))
+	}
+	queueDeadLetter(b, id, c.DeadLetter, at)
+}
+
+func queueDeadLetter(b *pgx.Batch, id string, dl *gate.DeadLetter, at time.Time) {
+	if dl != nil {
 		b.Queue(insertDeadLetterSQL, id, dl.Reason, cmp.Or(dl.At, at))
 	}
 }
@@ -314,7 +369,10 @@ func (l *Ledger) RecordConflict(ctx context.Context, c *gate.Conflict) (*gate.Op
 				{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateConflicting}, Reason: row.Reason},
 			}, 0, messageID(c.Delivery), at)
 		}
-		queueRecords(b, row.ID, &gate.Change{Delivery: c.Delivery, DeadLetter: c.DeadLetter}, at)
+		if c.Delivery != nil {
+			b.Queue(insertDeliverySQL, deliveryArgs(row.ID, c.Delivery)...)
+		}
+		queueDeadLetter(b, row.ID, c.DeadLetter, at)
 		b.Queue(`SELECT `+operationColumns+` FROM operations o WHERE o.id = $1`, row.ID).
 			QueryRow(func(r pgx.Row) error { return r.Scan(operationFields(&stored)...) })
 		return tx.SendBatch(ctx, b).Close()

@@ -21,11 +21,10 @@ func TestCreateTwiceIsErrExists(t *testing.T) {
 	again := *op
 	again.ID = "op_other-replica-name" // same scope key under another id is still taken
 	for _, o := range []*gate.Operation{op, &again} {
-		err := l.Create(context.Background(), &gate.Change{
-			Operation: o, Fence: 2, Owner: "owner-b",
-			Steps:    steps(t, "", gate.StateReceived, gate.StateReserved),
-			Delivery: delivery("m-2", t0), At: t0,
-		})
+		w := gate.Claiming(nil, o, gate.Lease{Owner: "owner-b", Fence: 2, Expires: t0.Add(time.Minute)}, delivery("m-2", t0), "")
+		err := l.Write(context.Background(), gate.StartChange(w,
+			steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+			&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: o.IdempotencyKey, StartedAt: t0}, "second", t0))
 		if !errors.Is(err, gate.ErrExists) {
 			t.Fatalf("second Create of %s: %v, want ErrExists", o.ID, err)
 		}
@@ -67,14 +66,11 @@ func TestCreateIsAtomic(t *testing.T) {
 	l, pool := newLedger(t)
 	op := newOperation("atomic")
 	// The last step is off the table, so nothing of this change may remain.
-	err := l.Create(context.Background(), &gate.Change{
-		Operation: op, Fence: 1, Owner: "a",
-		Steps: []gate.Step{
-			{Transition: gate.Transition{From: "", To: gate.StateReceived}},
-			{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateAcknowledged}},
-		},
-		Delivery: delivery("m-1", t0), At: t0,
-	})
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "a", Fence: 1, Expires: t0.Add(time.Minute)}, delivery("m-1", t0), "")
+	err := l.Write(context.Background(), gate.ConfirmChange(w, []gate.Step{
+		{Transition: gate.Transition{From: "", To: gate.StateReceived}},
+		{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateAcknowledged}},
+	}, "r-1", "illegal", t0))
 	if !errors.Is(err, storage.ErrRefused) {
 		t.Fatalf("Create along an illegal edge: %v, want ErrRefused", err)
 	}
@@ -95,12 +91,9 @@ func TestApplyFencing(t *testing.T) {
 	at := t0.Add(time.Minute)
 
 	claim := func(fence int64) error {
-		deadline := at.Add(30 * time.Second)
-		return l.Apply(ctx, &gate.Change{
-			Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect,
-			Claim: true, Fence: fence, Owner: fmt.Sprintf("owner-%d", fence), LeaseDeadline: &deadline,
-			Steps: steps(t, gate.StatePendingEffect, gate.StateReserved), At: at,
-		})
+		w := claiming(op.ID, gate.StatePendingEffect, fence, fmt.Sprintf("owner-%d", fence), at.Add(30*time.Second), nil)
+		return l.Write(ctx, gate.IndeterminateChange(w,
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "claimed", at))
 	}
 	for _, fence := range []int64{0, 1} {
 		if err := claim(fence); !errors.Is(err, gate.ErrFenced) {
@@ -111,7 +104,7 @@ func TestApplyFencing(t *testing.T) {
 		t.Fatalf("claim with fence 2: %v", err)
 	}
 	got := mustFind(t, l, op.ScopeKey)
-	if got.State != gate.StateReserved || got.Fence != 2 || got.Owner != "owner-2" ||
+	if got.State != gate.StateEffectIndeterminate || got.Fence != 2 || got.Owner != "owner-2" ||
 		!got.LeaseStart.Equal(at) || got.LeaseExtensions != 0 {
 		t.Fatalf("after claim: %s fence %d owner %q lease start %v", got.State, got.Fence, got.Owner, got.LeaseStart)
 	}
@@ -119,35 +112,27 @@ func TestApplyFencing(t *testing.T) {
 	// The first owner, still holding fence 1, tries to record its result: a
 	// stale owner cannot commit, and nothing of its change lands.
 	result := t0.Add(2 * time.Minute)
-	err := l.Apply(ctx, &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StateReserved, Fence: 1,
-		Steps:         steps(t, gate.StateReserved, gate.StateEffectConfirmed),
-		FinishAttempt: &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "r-stale"},
-		ResultID:      "r-stale", EvidenceAt: &result,
-		Delivery: delivery("m-1", result), At: result,
-	})
+	err := l.Write(ctx, gate.ConfirmChange(
+		settling(op.ID, gate.StateEffectIndeterminate, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "r-stale"}, 0),
+		steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed, gate.StateAckPending), "r-stale", "stale", result))
 	if !errors.Is(err, gate.ErrFenced) {
 		t.Fatalf("stale owner's Apply: %v, want ErrFenced", err)
 	}
 
 	// The current fence with a wrong expectation is a state change, not a fence.
-	err = l.Apply(ctx, &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect, Fence: 2,
-		Steps: steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed), At: result,
-	})
+	err = l.Write(ctx, gate.ConfirmChange(settling(op.ID, gate.StatePendingEffect, 2, nil, 0),
+		steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "r", "wrong state", result))
 	if !errors.Is(err, gate.ErrStateChanged) {
-		t.Fatalf("Apply expecting pending_effect on a reserved operation: %v, want ErrStateChanged", err)
+		t.Fatalf("Write expecting pending_effect on an indeterminate operation: %v, want ErrStateChanged", err)
 	}
 
-	err = l.Apply(ctx, &gate.Change{
-		Operation: &gate.Operation{ID: "op_nobody"}, ExpectState: gate.StateReserved, Fence: 1, At: result,
-	})
+	err = l.Write(ctx, gate.RetryLaterChange(settling("op_nobody", gate.StateReserved, 1, nil, 0), "nobody", result))
 	if !errors.Is(err, gate.ErrNotFound) {
 		t.Fatalf("Apply on a missing operation: %v, want ErrNotFound", err)
 	}
 
 	rec := mustGet(t, l, op.ID)
-	if rec.State != gate.StateReserved || rec.ResultID != "" || rec.DeliveryCount != 1 || len(rec.Deliveries) != 1 ||
+	if rec.State != gate.StateEffectIndeterminate || rec.ResultID != "" || rec.DeliveryCount != 1 || len(rec.Deliveries) != 1 ||
 		rec.Attempts[0].Outcome != "" {
 		t.Fatalf("refused Applies left traces: %s result %q, %d deliveries, attempt %+v",
 			rec.State, rec.ResultID, len(rec.Deliveries), rec.Attempts[0])
@@ -162,35 +147,28 @@ func TestApplyIsAtomic(t *testing.T) {
 	op := newOperation("half")
 	createPending(t, l, op)
 
-	err := l.Apply(context.Background(), &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect, Fence: 1,
-		Steps: []gate.Step{
-			{Transition: gate.Transition{From: gate.StatePendingEffect, To: gate.StateEffectConfirmed}},
-			{Transition: gate.Transition{From: gate.StateEffectConfirmed, To: gate.StateAcknowledged}},
-		},
-		Reason:   "should not stick",
-		Delivery: delivery("m-2", t0.Add(time.Minute)),
-		At:       t0.Add(time.Minute),
-	})
+	w := claiming(op.ID, gate.StatePendingEffect, 2, "owner-b", t0.Add(time.Hour), delivery("m-2", t0.Add(time.Minute)))
+	err := l.Write(context.Background(), gate.ConfirmChange(w, []gate.Step{
+		{Transition: gate.Transition{From: gate.StatePendingEffect, To: gate.StateEffectConfirmed}},
+		{Transition: gate.Transition{From: gate.StateEffectConfirmed, To: gate.StateAcknowledged}},
+	}, "r", "should not stick", t0.Add(time.Minute)))
 	if !errors.Is(err, storage.ErrRefused) {
 		t.Fatalf("Apply along an illegal edge: %v, want ErrRefused", err)
 	}
 	rec := mustGet(t, l, op.ID)
-	if rec.State != gate.StatePendingEffect || rec.Reason != "" || rec.DeliveryCount != 1 || len(rec.Deliveries) != 1 || len(rec.Events) != 3 {
+	if rec.State != gate.StatePendingEffect || rec.Reason != "new operation" || rec.DeliveryCount != 1 || len(rec.Deliveries) != 1 || len(rec.Events) != 3 {
 		t.Fatalf("half a change survived: %s reason %q, %d/%d deliveries, %d events",
 			rec.State, rec.Reason, rec.DeliveryCount, len(rec.Deliveries), len(rec.Events))
 	}
 
 	// Finishing an attempt that was never started is refused the same way.
-	err = l.Apply(context.Background(), &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect, Fence: 1,
-		FinishAttempt: &gate.Attempt{N: 7, Outcome: gate.OutcomeUnknown},
-		Reason:        "should not stick", At: t0.Add(time.Minute),
-	})
+	err = l.Write(context.Background(), gate.RetryLaterChange(
+		settling(op.ID, gate.StatePendingEffect, 1, &gate.Attempt{N: 7, Outcome: gate.OutcomeUnknown}, 0),
+		"should not stick", t0.Add(time.Minute)))
 	if !errors.Is(err, storage.ErrRefused) {
 		t.Fatalf("finishing attempt 7: %v, want ErrRefused", err)
 	}
-	if rec := mustGet(t, l, op.ID); rec.Reason != "" {
+	if rec := mustGet(t, l, op.ID); rec.Reason != "new operation" {
 		t.Fatalf("reason %q survived a refused change", rec.Reason)
 	}
 }
@@ -208,11 +186,9 @@ func TestConcurrentClaimsOneWins(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = l.Apply(context.Background(), &gate.Change{
-				Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect,
-				Claim: true, Fence: int64(2 + i), Owner: fmt.Sprintf("owner-%d", i),
-				Steps: steps(t, gate.StatePendingEffect, gate.StateReserved), At: t0.Add(time.Minute),
-			})
+			w := claiming(op.ID, gate.StatePendingEffect, int64(2+i), fmt.Sprintf("owner-%d", i), t0.Add(time.Hour), nil)
+			errs[i] = l.Write(context.Background(), gate.IndeterminateChange(w,
+				steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "claim", t0.Add(time.Minute)))
 		})
 	}
 	wg.Wait()
@@ -229,8 +205,8 @@ func TestConcurrentClaimsOneWins(t *testing.T) {
 	if winners != 1 {
 		t.Fatalf("%d claims won, want exactly 1", winners)
 	}
-	if rec := mustGet(t, l, op.ID); len(rec.Events) != 4 {
-		t.Fatalf("%d events, want the 3 of creation and one claim", len(rec.Events))
+	if rec := mustGet(t, l, op.ID); len(rec.Events) != 5 {
+		t.Fatalf("%d events, want the 3 of creation and the 2 of one claim", len(rec.Events))
 	}
 }
 
@@ -241,44 +217,31 @@ func TestLifecycleEvidence(t *testing.T) {
 	ctx := context.Background()
 	op := newOperation("life")
 	createPending(t, l, op)
-	id := &gate.Operation{ID: op.ID}
 
 	// Attempt 1 timed out with a documented retryable answer.
 	t1 := t0.Add(10 * time.Second)
-	must(t, l.Apply(ctx, &gate.Change{
-		Operation: id, ExpectState: gate.StatePendingEffect, Fence: 1,
-		FinishAttempt: &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "upstream busy"},
-		Reason:        "upstream busy", At: t1,
-	}))
+	must(t, l.Write(ctx, gate.RetryLaterChange(
+		settling(op.ID, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "upstream busy"}, 0),
+		"upstream busy", t1)))
 	// A redelivery re-reserves under fence 2 and starts attempt 2: two edges
 	// in one change, both logged.
 	t2 := t0.Add(time.Minute)
-	deadline := t2.Add(30 * time.Second)
-	must(t, l.Apply(ctx, &gate.Change{
-		Operation: id, ExpectState: gate.StatePendingEffect, Claim: true, Fence: 2, Owner: "owner-b",
-		LeaseDeadline: &deadline,
-		Steps:         steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
-		Delivery:      delivery("m-1", t2),
-		StartAttempt:  &gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t2},
-		At:            t2,
-	}))
+	must(t, l.Write(ctx, gate.StartChange(
+		claiming(op.ID, gate.StatePendingEffect, 2, "owner-b", t2.Add(30*time.Second), delivery("m-1", t2)),
+		steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t2},
+		"retry after a documented failure", t2)))
 	// Attempt 2 is confirmed and the ack goes out.
 	t3 := t2.Add(2 * time.Second)
-	must(t, l.Apply(ctx, &gate.Change{
-		Operation: id, ExpectState: gate.StatePendingEffect, Fence: 2, LeaseExtensions: 1,
-		Steps:         steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending),
-		FinishAttempt: &gate.Attempt{N: 2, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-42"},
-		ResultID:      "res-42", EvidenceAt: &t3, At: t3,
-	}))
+	must(t, l.Write(ctx, gate.ConfirmChange(
+		settling(op.ID, gate.StatePendingEffect, 2, &gate.Attempt{N: 2, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-42"}, 1),
+		steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-42", "downstream confirmed the effect", t3)))
 	t4 := t3.Add(time.Millisecond)
-	must(t, l.Apply(ctx, &gate.Change{
-		Operation: id, ExpectState: gate.StateAckPending, Fence: 2,
-		Steps: steps(t, gate.StateAckPending, gate.StateAcknowledged), AckedAt: &t4, At: t4,
-	}))
+	must(t, l.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4)))
 
 	got := mustFind(t, l, op.ScopeKey)
 	if got.State != gate.StateAcknowledged || got.ResultID != "res-42" || !got.EvidenceAt.Equal(t3) || !got.AckedAt.Equal(t4) ||
-		got.Reason != "upstream busy" || got.LeaseExtensions != 1 || got.DeliveryCount != 2 || got.AttemptCount != 2 ||
+		got.Reason != "downstream confirmed the effect" || got.LeaseExtensions != 1 || got.DeliveryCount != 2 || got.AttemptCount != 2 ||
 		!got.FirstAttemptAt.Equal(t0) || !got.UpdatedAt.Equal(t4) || !got.CreatedAt.Equal(t0) {
 		t.Fatalf("final operation: %+v", got)
 	}
@@ -334,15 +297,12 @@ func TestApplyDeadLetterAndTerminal(t *testing.T) {
 	op := newOperation("dead")
 	createPending(t, l, op)
 	at := t0.Add(time.Minute)
-	must(t, l.Apply(context.Background(), &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect, Fence: 1,
-		Steps:         steps(t, gate.StatePendingEffect, gate.StateTerminalFailure),
-		FinishAttempt: &gate.Attempt{N: 1, Outcome: gate.OutcomeTerminal, StatusCode: 422, Reason: "rejected"},
-		Reason:        "downstream rejected: 422", Lane: "operator",
-		DeadLetter: &gate.DeadLetter{Reason: "downstream rejected: 422"}, At: at,
-	}))
+	must(t, l.Write(context.Background(), gate.TerminalChange(
+		settling(op.ID, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeTerminal, StatusCode: 422, Reason: "rejected"}, 0),
+		steps(t, gate.StatePendingEffect, gate.StateTerminalFailure),
+		&gate.DeadLetter{Reason: "downstream rejected: 422"}, "downstream rejected: 422", at)))
 	rec := mustGet(t, l, op.ID)
-	if rec.State != gate.StateTerminalFailure || rec.Lane != "operator" || len(rec.DeadLetters) != 1 ||
+	if rec.State != gate.StateTerminalFailure || rec.Lane != "" || len(rec.DeadLetters) != 1 ||
 		rec.DeadLetters[0].Reason != "downstream rejected: 422" || !rec.DeadLetters[0].At.Equal(at) ||
 		rec.DeadLetters[0].OperationID != op.ID {
 		t.Fatalf("terminal record: %s lane %q dead letters %+v", rec.State, rec.Lane, rec.DeadLetters)
@@ -360,12 +320,9 @@ func TestFindReturnsNewestEffectAttempt(t *testing.T) {
 	createPending(t, l, op)
 	at := t0.Add(time.Minute)
 	// Attempt 1's response was lost; a lookup (attempt 2) is what runs next.
-	must(t, l.Apply(ctx, &gate.Change{
-		Operation: &gate.Operation{ID: op.ID}, ExpectState: gate.StatePendingEffect, Fence: 1,
-		FinishAttempt: &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown, Reason: "timeout"},
-		StartAttempt:  &gate.Attempt{N: 2, Kind: gate.AttemptLookup, IdempotencyKey: op.IdempotencyKey, StartedAt: at},
-		At:            at,
-	}))
+	must(t, l.Write(ctx, gate.StartChange(
+		settling(op.ID, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown, Reason: "timeout"}, 0),
+		nil, &gate.Attempt{N: 2, Kind: gate.AttemptLookup, IdempotencyKey: op.IdempotencyKey, StartedAt: at}, "lookup", at)))
 	got := mustFind(t, l, op.ScopeKey)
 	if la := got.LastAttempt; la == nil || la.N != 1 || la.Outcome != gate.OutcomeUnknown || la.Reason != "timeout" {
 		t.Fatalf("LastAttempt = %+v, want effect attempt 1 (the lookup is not an effect)", la)
@@ -417,9 +374,7 @@ func TestRecordConflict(t *testing.T) {
 	}
 
 	// A conflict record can never be claimed or executed.
-	err := l.Apply(ctx, &gate.Change{
-		Operation: &gate.Operation{ID: rec.ID}, ExpectState: gate.StateConflicting, Claim: true, Fence: 9, At: t0,
-	})
+	err := l.Write(ctx, gate.RetryLaterChange(claiming(rec.ID, gate.StateConflicting, 9, "x", t0.Add(time.Minute), nil), "claim", t0))
 	if !errors.Is(err, gate.ErrNotFound) {
 		t.Fatalf("Apply on a conflict record: %v, want ErrNotFound", err)
 	}
@@ -478,7 +433,7 @@ func TestRoundTrips(t *testing.T) {
 	warm := newOperation("warm")
 	createPending(t, l, warm)
 	mustFind(t, l, warm.ScopeKey)
-	must(t, l.Apply(ctx, finishConfirmed(t, warm.ID)))
+	must(t, l.Write(ctx, finishConfirmed(t, warm.ID)))
 	redelivery := func(id string) *gate.Delivery {
 		d := delivery("m-1", t0.Add(time.Hour))
 		d.OperationID, d.Decision = id, gate.Ack
@@ -489,18 +444,22 @@ func TestRoundTrips(t *testing.T) {
 	op := newOperation("counted")
 	measure("Create", 1, func() error { return createChange(t, l, op) })
 	measure("Find", 1, func() error { _, err := l.Find(ctx, op.ScopeKey); return err })
-	measure("Apply", 1, func() error { return l.Apply(ctx, finishConfirmed(t, op.ID)) })
+	measure("Write", 1, func() error { return l.Write(ctx, finishConfirmed(t, op.ID)) })
 	measure("RecordDelivery", 1, func() error { return l.RecordDelivery(ctx, redelivery(op.ID)) })
 }
 
 func finishConfirmed(t *testing.T, id string) *gate.Change {
-	at := t0.Add(time.Second)
-	return &gate.Change{
-		Operation: &gate.Operation{ID: id}, ExpectState: gate.StatePendingEffect, Fence: 1,
-		Steps:         steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending),
-		FinishAttempt: &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 200, ResultID: "r"},
-		ResultID:      "r", EvidenceAt: &at, At: at,
+	return gate.ConfirmChange(
+		settling(id, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 200, ResultID: "r"}, 0),
+		steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "r", "confirmed", t0.Add(time.Second))
+}
+
+// fixtureChange records a listed operation's first commit: open, or terminal.
+func fixtureChange(w gate.Writer, s []gate.Step, at time.Time) *gate.Change {
+	if s[len(s)-1].To == gate.StateTerminalFailure {
+		return gate.TerminalChange(w, s, nil, "fixture", at)
 	}
+	return gate.StartChange(w, s, nil, "fixture", at)
 }
 
 func must(t *testing.T, err error) {
@@ -521,15 +480,14 @@ func TestListFiltersAndPages(t *testing.T) {
 	for i := range 12 {
 		op := newOperation(fmt.Sprintf("list-%02d", i))
 		op.CreatedAt = t0.Add(time.Duration(min(i, 10)) * time.Minute)
-		path := []gate.State{gate.StateReceived, gate.StateReserved}
+		path := []gate.State{gate.StateReceived, gate.StateReserved, gate.StatePendingEffect}
 		if i%3 == 0 {
 			op.Route = "refunds"
 			path = []gate.State{gate.StateReceived, gate.StateTerminalFailure}
 		}
-		must(t, l.Create(ctx, &gate.Change{
-			Operation: op, Fence: 1, Owner: "a", Steps: steps(t, "", path...),
-			Delivery: delivery(fmt.Sprintf("msg-%02d", i), op.CreatedAt), At: op.CreatedAt,
-		}))
+		w := gate.Claiming(nil, op, gate.Lease{Owner: "a", Fence: 1, Expires: op.CreatedAt.Add(time.Minute)},
+			delivery(fmt.Sprintf("msg-%02d", i), op.CreatedAt), "")
+		must(t, l.Write(ctx, fixtureChange(w, steps(t, "", path...), op.CreatedAt)))
 		newestFirst = append([]string{op.ID}, newestFirst...)
 	}
 	// list-10 and list-11 share created_at; ids order them, newest (greatest) first.
@@ -578,7 +536,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	if got := count(storage.ListFilter{Route: "orders", State: string(gate.StateTerminalFailure)}); len(got) != 0 {
 		t.Errorf("route+state filter: %v, want none", got)
 	}
-	if got := count(storage.ListFilter{State: string(gate.StateReserved)}); len(got) != 8 {
+	if got := count(storage.ListFilter{State: string(gate.StatePendingEffect)}); len(got) != 8 {
 		t.Errorf("state filter: %d operations, want 8", len(got))
 	}
 	if got := count(storage.ListFilter{MessageID: "msg-04"}); fmt.Sprint(got) != "[op_list-04]" {

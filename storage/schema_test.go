@@ -194,12 +194,9 @@ func TestDeliveryIsAnsweredOnce(t *testing.T) {
 	op := newOperation("answer")
 	d := delivery("m-1", t0)
 	d.Decision, d.Owner = "", "owner-a"
-	deadline := t0.Add(30 * time.Second)
-	err := l.Create(ctx, &gate.Change{
-		Operation: op, Fence: 1, Owner: "owner-a", LeaseDeadline: &deadline,
-		Steps:    steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
-		Delivery: d, At: t0,
-	})
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "owner-a", Fence: 1, Expires: t0.Add(30 * time.Second)}, d, "")
+	err := l.Write(ctx, gate.StartChange(w,
+		steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect), nil, "new", t0))
 	if err != nil {
 		t.Fatal(err)
 	}

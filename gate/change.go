@@ -1,0 +1,156 @@
+package gate
+
+import "time"
+
+// A ledger write is one of a few named changes. Each constructor below sets
+// exactly the fields its step writes, and storage writes exactly the columns
+// its kind names, so no field's zero value has to mean "leave it alone".
+
+// ChangeKind names what a change records; storage switches on it.
+type ChangeKind string
+
+const (
+	// ChangeStart records intent: the operation moves to pending_effect with a
+	// new attempt (and its idempotency key) started, before the call.
+	ChangeStart ChangeKind = "start"
+	// ChangeConfirm records authoritative effect evidence and moves the
+	// operation to ack_pending.
+	ChangeConfirm ChangeKind = "confirm"
+	// ChangeIndeterminate parks the operation in a lane: it may have taken
+	// effect and nothing can tell.
+	ChangeIndeterminate ChangeKind = "indeterminate"
+	// ChangeTerminal ends the operation, dead-lettering it when the gateway
+	// owns dead letters.
+	ChangeTerminal ChangeKind = "terminal"
+	// ChangeRetryLater records a finished attempt that left the operation
+	// open for the next delivery.
+	ChangeRetryLater ChangeKind = "retry_later"
+	// ChangeAcked records that the acknowledging response was written.
+	ChangeAcked ChangeKind = "acked"
+)
+
+// Change is one atomic ledger write, built only by the constructors below.
+type Change struct {
+	Kind ChangeKind
+	// OperationID names the row; for a creating claim it is Claim.Row.ID.
+	OperationID string
+	// Expect guards the write: the row must still be in this state. Empty
+	// only when a claim creates the operation.
+	Expect State
+	// Fence is the writer's fencing token: a claim's must be strictly greater
+	// than the recorded one, any other write's equal to it.
+	Fence int64
+	Steps []Step
+	// Reason becomes the operation's latest reason (every kind but acked).
+	Reason string
+	At     time.Time
+
+	// Exactly one of Claim and Settle is set, except on ChangeAcked.
+	Claim  *Claim
+	Settle *Settle
+
+	// Start is the attempt a ChangeStart opens.
+	Start *Attempt
+	// ResultID is the evidence a ChangeConfirm commits (its time is At).
+	ResultID string
+	// Lane is who settles a ChangeIndeterminate.
+	Lane string
+	// DeadLetter is set on a ChangeTerminal when the gateway dead-letters.
+	DeadLetter *DeadLetter
+}
+
+// Claim is the first write of a delivery that took the operation's lease:
+// it creates the operation (Row set) or takes it under a higher fence, and
+// records the delivery in the same commit.
+type Claim struct {
+	// Row is the whole new operation when the claim creates it; nil when
+	// the operation exists.
+	Row           *Operation
+	Owner         string
+	LeaseDeadline time.Time
+	TraceID       string
+	Delivery      *Delivery
+}
+
+// Settle is a write by the delivery that already holds the operation,
+// recording how its attempt ended and what the delivery is told.
+type Settle struct {
+	Finish          *Attempt
+	Answer          *Answer
+	LeaseExtensions int
+}
+
+// Writer is who makes a change and under what guard: a claiming delivery
+// (Claiming) or the current holder settling its attempt (Settling).
+type Writer struct {
+	opID   string
+	expect State
+	fence  int64
+	claim  *Claim
+	settle *Settle
+}
+
+// Claiming is a delivery taking the lease on op (nil: creating row) under
+// the lease's fence.
+func Claiming(op, row *Operation, lease Lease, d *Delivery, traceID string) Writer {
+	w := Writer{fence: lease.Fence, claim: &Claim{
+		Owner: lease.Owner, LeaseDeadline: lease.Expires, TraceID: traceID, Delivery: d,
+	}}
+	if op == nil {
+		w.opID, w.claim.Row = row.ID, row
+	} else {
+		w.opID, w.expect = op.ID, op.State
+	}
+	return w
+}
+
+// Settling is the holder of op's lease recording its attempt's end.
+func Settling(op *Operation, fence int64, finish *Attempt, answer *Answer, extensions int) Writer {
+	return Writer{opID: op.ID, expect: op.State, fence: fence,
+		settle: &Settle{Finish: finish, Answer: answer, LeaseExtensions: extensions}}
+}
+
+func (w Writer) change(k ChangeKind, steps []Step, reason string, at time.Time) *Change {
+	return &Change{Kind: k, OperationID: w.opID, Expect: w.expect, Fence: w.fence,
+		Steps: steps, Reason: bound(reason), At: at, Claim: w.claim, Settle: w.settle}
+}
+
+// StartChange records intent and attempt a, before the call is made.
+func StartChange(w Writer, steps []Step, a *Attempt, reason string, at time.Time) *Change {
+	c := w.change(ChangeStart, steps, reason, at)
+	c.Start = a
+	return c
+}
+
+// ConfirmChange commits the effect's evidence, resultID, at at.
+func ConfirmChange(w Writer, steps []Step, resultID, reason string, at time.Time) *Change {
+	c := w.change(ChangeConfirm, steps, reason, at)
+	c.ResultID = resultID
+	return c
+}
+
+// IndeterminateChange parks the operation in lane.
+func IndeterminateChange(w Writer, steps []Step, lane, reason string, at time.Time) *Change {
+	c := w.change(ChangeIndeterminate, steps, reason, at)
+	c.Lane = lane
+	return c
+}
+
+// TerminalChange ends the operation; dl is nil unless the gateway
+// dead-letters it.
+func TerminalChange(w Writer, steps []Step, dl *DeadLetter, reason string, at time.Time) *Change {
+	c := w.change(ChangeTerminal, steps, reason, at)
+	c.DeadLetter = dl
+	return c
+}
+
+// RetryLaterChange records an attempt's end that leaves the operation open.
+func RetryLaterChange(w Writer, reason string, at time.Time) *Change {
+	return w.change(ChangeRetryLater, nil, reason, at)
+}
+
+// AckedChange records, under the fence that confirmed it, that the ack for
+// operation id (now in from) was written at at.
+func AckedChange(id string, from State, fence int64, steps []Step, at time.Time) *Change {
+	return &Change{Kind: ChangeAcked, OperationID: id, Expect: from, Fence: fence, Steps: steps, At: at}
+}
