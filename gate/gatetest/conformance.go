@@ -1,0 +1,428 @@
+package gatetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// LedgerHarness is one ledger under test and a way to read everything it
+// recorded about an operation.
+type LedgerHarness struct {
+	Ledger  gate.Ledger
+	Inspect func(t *testing.T, id string) Snapshot
+}
+
+// RunLedger runs the ledger conformance cases. newHarness returns an empty
+// ledger for each case.
+func RunLedger(t *testing.T, newHarness func(t *testing.T) LedgerHarness) {
+	for _, c := range ledgerCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newHarness(t))
+		})
+	}
+}
+
+// ReservationsHarness is one reservation store under test. Wait lets time
+// pass for it (a real sleep, or a fake clock's advance); Flush loses all its
+// data, as a Redis restart without persistence does.
+type ReservationsHarness struct {
+	Reservations gate.Reservations
+	Wait         func(d time.Duration)
+	Flush        func()
+}
+
+// RunReservations runs the reservation conformance cases.
+func RunReservations(t *testing.T, newHarness func(t *testing.T) ReservationsHarness) {
+	for _, c := range reservationCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newHarness(t))
+		})
+	}
+}
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newOp(name string) *gate.Operation {
+	return &gate.Operation{
+		ID: "op_" + name, ScopeKey: "t1|orders|" + name, Tenant: "t1", Route: "orders",
+		KeySource: gate.KeyMessageID, Key: name, Fingerprint: "fp-" + name, FingerprintVersion: 1,
+		Shape: gate.ShapeIdempotent, DeadLetterPolicy: gate.DeadLetterBroker, ContractVersion: "v1",
+		IdempotencyKey: "ik-" + name, CreatedAt: t0, RetainUntil: t0.AddDate(0, 0, 8),
+	}
+}
+
+func delivery(msg, owner string, at time.Time) *gate.Delivery {
+	return &gate.Delivery{Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s", MessageID: msg,
+		ReceivedAt: at, Owner: owner}
+}
+
+func steps(t *testing.T, from gate.State, to ...gate.State) []gate.Step {
+	t.Helper()
+	edges, err := gate.Path(from, to...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]gate.Step, len(edges))
+	for i, e := range edges {
+		out[i] = gate.Step{Transition: e, Reason: "to " + string(e.To)}
+	}
+	return out
+}
+
+func lease(owner string, fence int64, at time.Time) gate.Lease {
+	return gate.Lease{Key: "k", Owner: owner, Fence: fence, Expires: at.Add(30 * time.Second)}
+}
+
+// start creates op as a first delivery does: received, reserved, intent and
+// attempt 1 recorded under fence 1.
+func start(t *testing.T, l gate.Ledger, op *gate.Operation) {
+	t.Helper()
+	w := gate.Claiming(nil, op, lease("owner-a", 1, t0), delivery("m-1", "owner-a", t0), "trace-1")
+	c := gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t0}, "new operation", t0)
+	if err := l.Write(context.Background(), c); err != nil {
+		t.Fatalf("create %s: %v", op.ID, err)
+	}
+}
+
+func find(t *testing.T, l gate.Ledger, op *gate.Operation) *gate.Operation {
+	t.Helper()
+	got, err := l.Find(context.Background(), op.ScopeKey)
+	if err != nil {
+		t.Fatalf("find %s: %v", op.ScopeKey, err)
+	}
+	return got
+}
+
+func claim(op *gate.Operation, from gate.State, owner string, fence int64, at time.Time) gate.Writer {
+	return gate.Claiming(&gate.Operation{ID: op.ID, State: from}, nil, lease(owner, fence, at), delivery("m-2", owner, at), "")
+}
+
+func settle(op *gate.Operation, from gate.State, fence int64, fin *gate.Attempt, owner string, d gate.Decision) gate.Writer {
+	return gate.Settling(&gate.Operation{ID: op.ID, State: from}, fence, fin, &gate.Answer{Owner: owner, Decision: d, Reason: "settled"}, 1)
+}
+
+type ledgerCase struct {
+	name string
+	run  func(t *testing.T, h LedgerHarness)
+}
+
+var ledgerCases = []ledgerCase{
+	{"a first commit is found whole", func(t *testing.T, h LedgerHarness) {
+		op := newOp("first")
+		start(t, h.Ledger, op)
+		got := find(t, h.Ledger, op)
+		if got.ID != op.ID || got.State != gate.StatePendingEffect || got.Fence != 1 || got.Owner != "owner-a" ||
+			got.DeliveryCount != 1 || got.AttemptCount != 1 || got.FirstAttemptAt == nil || !got.FirstAttemptAt.Equal(t0) ||
+			got.LeaseStart == nil || !got.LeaseStart.Equal(t0) || got.TraceID != "trace-1" || got.Reason != "new operation" ||
+			got.Fingerprint != op.Fingerprint || got.IdempotencyKey != op.IdempotencyKey {
+			t.Fatalf("found %+v", got)
+		}
+		if la := got.LastAttempt; la == nil || la.N != 1 || la.Fence != 1 || la.Outcome != "" || la.FinishedAt != nil {
+			t.Fatalf("last attempt %+v, want attempt 1 started", la)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Transitions) != 3 || len(s.Deliveries) != 1 || s.Deliveries[0].Decision != "" || len(s.Attempts) != 1 {
+			t.Fatalf("recorded %d transitions, %+v deliveries, %d attempts", len(s.Transitions), s.Deliveries, len(s.Attempts))
+		}
+	}},
+	{"a missing operation is not found", func(t *testing.T, h LedgerHarness) {
+		if _, err := h.Ledger.Find(context.Background(), "t1|orders|nobody"); !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("Find: %v, want ErrNotFound", err)
+		}
+		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(settle(newOp("nobody"), gate.StatePendingEffect, 1, nil, "", ""), "x", t0))
+		if !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("Write: %v, want ErrNotFound", err)
+		}
+		err = h.Ledger.RecordDelivery(context.Background(), &gate.Delivery{OperationID: "op_nobody", MessageID: "m", ReceivedAt: t0, Decision: gate.Nack})
+		if !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("RecordDelivery: %v, want ErrNotFound", err)
+		}
+	}},
+	{"a taken scope key is ErrExists", func(t *testing.T, h LedgerHarness) {
+		op := newOp("twice")
+		start(t, h.Ledger, op)
+		again := *op
+		again.ID = "op_twice-elsewhere"
+		for _, o := range []*gate.Operation{op, &again} {
+			w := gate.Claiming(nil, o, lease("owner-b", 2, t0), delivery("m-2", "owner-b", t0), "")
+			err := h.Ledger.Write(context.Background(), gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect), nil, "x", t0))
+			if !errors.Is(err, gate.ErrExists) {
+				t.Fatalf("second create of %s: %v, want ErrExists", o.ID, err)
+			}
+		}
+		if got := find(t, h.Ledger, op); got.Owner != "owner-a" || got.DeliveryCount != 1 {
+			t.Fatalf("the losing create changed the winner: %+v", got)
+		}
+	}},
+	{"an illegal path leaves nothing behind", func(t *testing.T, h LedgerHarness) {
+		op := newOp("illegal")
+		w := gate.Claiming(nil, op, lease("a", 1, t0), delivery("m-1", "a", t0), "")
+		bad := []gate.Step{{Transition: gate.Transition{From: "", To: gate.StateReceived}},
+			{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateAcknowledged}}}
+		if err := h.Ledger.Write(context.Background(), gate.ConfirmChange(w, bad, "r", "x", t0)); err == nil {
+			t.Fatal("a create along an illegal edge was accepted")
+		}
+		if _, err := h.Ledger.Find(context.Background(), op.ScopeKey); !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("Find after a refused create: %v", err)
+		}
+		start(t, h.Ledger, op)
+		bad = []gate.Step{{Transition: gate.Transition{From: gate.StatePendingEffect, To: gate.StateAcknowledged}}}
+		if err := h.Ledger.Write(context.Background(), gate.ConfirmChange(claim(op, gate.StatePendingEffect, "b", 2, t0), bad, "r", "x", t0)); err == nil {
+			t.Fatal("an illegal edge was accepted")
+		}
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.Fence != 1 || got.DeliveryCount != 1 || got.Reason != "new operation" {
+			t.Fatalf("half a refused change survived: %+v", got)
+		}
+	}},
+	{"claims need a higher fence, settlements the same one", func(t *testing.T, h LedgerHarness) {
+		op := newOp("fence")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		indet := func(w gate.Writer, from gate.State) *gate.Change {
+			return gate.IndeterminateChange(w, steps(t, from, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "x", t0)
+		}
+		for _, f := range []int64{0, 1} {
+			if err := h.Ledger.Write(ctx, indet(claim(op, gate.StatePendingEffect, "b", f, t0), gate.StatePendingEffect)); !errors.Is(err, gate.ErrFenced) {
+				t.Fatalf("claim under fence %d over 1: %v, want ErrFenced", f, err)
+			}
+		}
+		for _, f := range []int64{0, 2} {
+			fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}
+			if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, f, fin, "owner-a", gate.Nack), "x", t0)); !errors.Is(err, gate.ErrFenced) {
+				t.Fatalf("settle under fence %d over 1: %v, want ErrFenced", f, err)
+			}
+		}
+		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StateReserved, 1, nil, "owner-a", gate.Nack), "x", t0)); !errors.Is(err, gate.ErrStateChanged) {
+			t.Fatalf("settle expecting reserved: %v, want ErrStateChanged", err)
+		}
+		at := t0.Add(time.Minute)
+		if err := h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "b", 5, at),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: at}, "retry", at)); err != nil {
+			t.Fatalf("claim under fence 5: %v", err)
+		}
+		got := find(t, h.Ledger, op)
+		if got.Fence != 5 || got.Owner != "b" || !got.LeaseStart.Equal(at) || got.LeaseExtensions != 0 ||
+			got.DeliveryCount != 2 || got.AttemptCount != 2 || got.LastAttempt.N != 2 || got.LastAttempt.Fence != 5 || !got.FirstAttemptAt.Equal(t0) {
+			t.Fatalf("after the claim: %+v", got)
+		}
+		// The first owner, fenced off, cannot record its result.
+		fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "stale"}
+		err := h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1, fin, "owner-a", gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "stale", "x", at))
+		if !errors.Is(err, gate.ErrFenced) {
+			t.Fatalf("stale owner's confirm: %v, want ErrFenced", err)
+		}
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.ResultID != "" {
+			t.Fatalf("a fenced write left %s / %q", got.State, got.ResultID)
+		}
+	}},
+	{"a whole life: retry, confirm, ack", func(t *testing.T, h LedgerHarness) {
+		op := newOp("life")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		t1 := t0.Add(time.Second)
+		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1,
+			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "busy"}, "owner-a", gate.Nack), "busy", t1)))
+		got := find(t, h.Ledger, op)
+		if got.State != gate.StatePendingEffect || got.Reason != "busy" || got.LeaseExtensions != 1 ||
+			got.LastAttempt.Outcome != gate.OutcomeRetryable || got.LastAttempt.StatusCode != 503 || !got.LastAttempt.FinishedAt.Equal(t1) {
+			t.Fatalf("after the retryable attempt: %+v / %+v", got, got.LastAttempt)
+		}
+		t2 := t0.Add(time.Minute)
+		must(t, h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "owner-b", 2, t2),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t2}, "retry", t2)))
+		t3 := t2.Add(time.Second)
+		must(t, h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 2,
+			&gate.Attempt{N: 2, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-1"}, "owner-b", gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-1", "confirmed", t3)))
+		t4 := t3.Add(time.Millisecond)
+		must(t, h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4)))
+		got = find(t, h.Ledger, op)
+		if got.State != gate.StateAcknowledged || got.ResultID != "res-1" || !got.EvidenceAt.Equal(t3) || !got.AckedAt.Equal(t4) ||
+			got.Reason != "confirmed" || got.DeliveryCount != 2 || got.AttemptCount != 2 || !got.UpdatedAt.Equal(t4) {
+			t.Fatalf("final: %+v", got)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Transitions) != 8 || len(s.Deliveries) != 2 || s.Deliveries[1].Decision != gate.Ack || len(s.DeadLetters) != 0 {
+			t.Fatalf("record: %d transitions, deliveries %+v, %d dead letters", len(s.Transitions), s.Deliveries, len(s.DeadLetters))
+		}
+		// Acked work cannot be acked again, nor moved anywhere.
+		err := h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4))
+		if !errors.Is(err, gate.ErrStateChanged) {
+			t.Fatalf("second ack mark: %v, want ErrStateChanged", err)
+		}
+	}},
+	{"finishing an attempt twice or one never started is refused", func(t *testing.T, h LedgerHarness) {
+		op := newOp("finish")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 7, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack), "no", t0))
+		if err == nil {
+			t.Fatal("finishing attempt 7 was accepted")
+		}
+		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack), "lost", t0)))
+		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}, "owner-a", gate.Nack), "again", t0)); err == nil {
+			t.Fatal("finishing attempt 1 twice was accepted")
+		}
+		if got := find(t, h.Ledger, op); got.Reason != "lost" || got.LastAttempt.Outcome != gate.OutcomeUnknown {
+			t.Fatalf("after the refusals: %+v", got)
+		}
+	}},
+	{"indeterminate keeps its lane; terminal its dead letter", func(t *testing.T, h LedgerHarness) {
+		ctx := context.Background()
+		a, b := newOp("indet"), newOp("term")
+		start(t, h.Ledger, a)
+		start(t, h.Ledger, b)
+		must(t, h.Ledger.Write(ctx, gate.IndeterminateChange(settle(a, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectIndeterminate), gate.LaneOperator, "lost on an unsafe effect", t0)))
+		must(t, h.Ledger.Write(ctx, gate.TerminalChange(settle(b, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeTerminal}, "owner-a", gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateTerminalFailure), &gate.DeadLetter{Reason: "refused"}, "refused", t0)))
+		if got := find(t, h.Ledger, a); got.State != gate.StateEffectIndeterminate || got.Lane != gate.LaneOperator {
+			t.Fatalf("indeterminate: %+v", got)
+		}
+		s := h.Inspect(t, b.ID)
+		if s.Op.State != gate.StateTerminalFailure || s.Op.Lane != "" || len(s.DeadLetters) != 1 || s.DeadLetters[0].Reason != "refused" ||
+			s.DeadLetters[0].OperationID != b.ID || s.Deliveries[0].Decision != gate.Ack {
+			t.Fatalf("terminal: %+v dead letters %+v deliveries %+v", s.Op, s.DeadLetters, s.Deliveries)
+		}
+	}},
+	{"a delivery is answered once, by its owner", func(t *testing.T, h LedgerHarness) {
+		op := newOp("answer")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-b", Decision: gate.Ack}))
+		if d := h.Inspect(t, op.ID).Deliveries[0]; d.Decision != "" {
+			t.Fatalf("another owner answered: %+v", d)
+		}
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Nack, Reason: "fenced"}))
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Ack, Reason: "again"}))
+		if d := h.Inspect(t, op.ID).Deliveries[0]; d.Decision != gate.Nack || d.Reason != "fenced" {
+			t.Fatalf("answered delivery: %+v", d)
+		}
+	}},
+	{"deliveries that change nothing are counted", func(t *testing.T, h LedgerHarness) {
+		op := newOp("redeliver")
+		start(t, h.Ledger, op)
+		for i := range 3 {
+			must(t, h.Ledger.RecordDelivery(context.Background(), &gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub,
+				Source: "s", MessageID: fmt.Sprintf("m-%d", i), ReceivedAt: t0, Decision: gate.Nack, Reason: "held", Anomaly: "a"}))
+		}
+		s := h.Inspect(t, op.ID)
+		if s.Op.DeliveryCount != 4 || len(s.Deliveries) != 4 || s.Deliveries[3].Anomaly != "a" || s.Deliveries[3].Decision != gate.Nack {
+			t.Fatalf("%d counted, deliveries %+v", s.Op.DeliveryCount, s.Deliveries)
+		}
+	}},
+	{"a conflict is its own record, once", func(t *testing.T, h LedgerHarness) {
+		orig := newOp("conflict")
+		start(t, h.Ledger, orig)
+		rec := *orig
+		rec.ID, rec.Fingerprint, rec.State, rec.Reason = "op_conflict-2", "fp-other", gate.StateConflicting, "reused"
+		var first *gate.Operation
+		for i := range 2 {
+			got, err := h.Ledger.RecordConflict(context.Background(), &gate.Conflict{Original: orig, Record: &rec,
+				Delivery: &gate.Delivery{OperationID: rec.ID, Broker: gate.BrokerPubSub, Source: "s", MessageID: "m-c", ReceivedAt: t0, Decision: gate.Nack},
+				At:       t0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID != rec.ID || got.State != gate.StateConflicting || got.ConflictOf != orig.ID || got.Fence != 0 {
+				t.Fatalf("conflict record %d: %+v", i, got)
+			}
+			first = got
+		}
+		if s := h.Inspect(t, first.ID); len(s.Deliveries) != 2 || s.Op.DeliveryCount != 2 || len(s.Transitions) != 2 {
+			t.Fatalf("conflict record: %d deliveries (%d counted), %d transitions", len(s.Deliveries), s.Op.DeliveryCount, len(s.Transitions))
+		}
+		if got := find(t, h.Ledger, orig); got.ID != orig.ID || got.DeliveryCount != 1 {
+			t.Fatalf("the original changed: %+v", got)
+		}
+		// A conflict record is never moved or claimed.
+		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(claim(&rec, gate.StateConflicting, "x", 9, t0), "claim", t0))
+		if !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("claiming a conflict record: %v, want ErrNotFound", err)
+		}
+	}},
+}
+
+type reservationCase struct {
+	name string
+	run  func(t *testing.T, h ReservationsHarness)
+}
+
+var reservationCases = []reservationCase{
+	{"one holder at a time; fences only go up", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		a, err := r.Acquire(ctx, "op_a", "owner-a", time.Minute, 0)
+		if err != nil || a.Fence < 1 || a.Owner != "owner-a" || a.Key != "op_a" {
+			t.Fatalf("first acquire: %+v, %v", a, err)
+		}
+		if _, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("second owner: %v, want ErrHeld", err)
+		}
+		must(t, r.Release(ctx, a))
+		b, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0)
+		if err != nil || b.Fence <= a.Fence {
+			t.Fatalf("after release: %+v, %v (first fence %d)", b, err, a.Fence)
+		}
+		// Releasing a lease one no longer holds does nothing.
+		must(t, r.Release(ctx, a))
+		if _, err := r.Acquire(ctx, "op_a", "owner-c", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("a stale release freed the lease: %v", err)
+		}
+	}},
+	{"the floor raises the fence", func(t *testing.T, h ReservationsHarness) {
+		l, err := h.Reservations.Acquire(context.Background(), "op_floor", "owner-a", time.Minute, 41)
+		if err != nil || l.Fence != 42 {
+			t.Fatalf("acquire over floor 41: %+v, %v", l, err)
+		}
+	}},
+	{"a lapsed lease is lost and taken", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		a, err := r.Acquire(ctx, "op_lapse", "owner-a", 100*time.Millisecond, 0)
+		must(t, err)
+		if a, err = r.Renew(ctx, a, 100*time.Millisecond); err != nil {
+			t.Fatalf("renew while held: %v", err)
+		}
+		h.Wait(300 * time.Millisecond)
+		if _, err := r.Renew(ctx, a, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+			t.Fatalf("renew after lapse: %v, want ErrLeaseLost", err)
+		}
+		b, err := r.Acquire(ctx, "op_lapse", "owner-b", time.Minute, 0)
+		if err != nil || b.Fence <= a.Fence {
+			t.Fatalf("acquire after lapse: %+v, %v", b, err)
+		}
+		if _, err := r.Renew(ctx, a, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+			t.Fatalf("the old owner renewed another's lease: %v", err)
+		}
+	}},
+	{"after data loss the floor still fences", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		a, err := r.Acquire(ctx, "op_lost", "owner-a", time.Minute, 0)
+		must(t, err)
+		h.Flush()
+		if _, err := r.Renew(ctx, a, time.Minute); !errors.Is(err, gate.ErrLeaseLost) {
+			t.Fatalf("renew after data loss: %v, want ErrLeaseLost", err)
+		}
+		b, err := r.Acquire(ctx, "op_lost", "owner-b", time.Minute, a.Fence)
+		if err != nil || b.Fence <= a.Fence {
+			t.Fatalf("acquire after data loss with floor %d: %+v, %v", a.Fence, b, err)
+		}
+	}},
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,342 @@
+// Package gatetest holds in-memory fakes of the gate's ports and the
+// conformance suite that keeps them honest.
+//
+// The fakes exist so the gate's logic can be tested at the speed of memory
+// and with interleavings a test chooses (a lease that lapses between two
+// steps, a write refused in the middle of a delivery). They are worth that
+// only while they behave like the real adapters, so the same conformance
+// cases run against them here and against storage/ on real Postgres and
+// Redis in storage's tests. A behaviour the suite does not pin down is one a
+// gate test must not rely on.
+package gatetest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+)
+
+// ErrRefused stands for the ledger's own rules turning a write down (an
+// illegal transition, finishing an attempt that never started): a bug in the
+// caller, as storage.ErrRefused is.
+var ErrRefused = fmt.Errorf("fake ledger refused the change")
+
+// Snapshot is everything a test may want to know about one operation.
+type Snapshot struct {
+	Op          gate.Operation
+	Deliveries  []gate.Delivery
+	Attempts    []gate.Attempt
+	Transitions []gate.Transition
+	DeadLetters []gate.DeadLetter
+}
+
+// Ledger is an in-memory gate.Ledger with the guards of the Postgres one:
+// every write is all or nothing, follows the transition table, and is fenced.
+type Ledger struct {
+	mu      sync.Mutex
+	ops     map[string]*Snapshot // by operation id, conflict records included
+	byScope map[string]string    // scope key -> id of the operation (never a conflict)
+
+	// BeforeWrite, when set, runs before each Write with the lock released;
+	// an error it returns is the write's result and nothing is written. Tests
+	// use it to make the store fail, or to let another owner in, at a chosen
+	// step.
+	BeforeWrite func(c *gate.Change) error
+	// Writes counts the writes that committed.
+	Writes int
+}
+
+var _ gate.Ledger = (*Ledger)(nil)
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{ops: map[string]*Snapshot{}, byScope: map[string]string{}}
+}
+
+// Find implements gate.Ledger.
+func (l *Ledger) Find(_ context.Context, scopeKey string) (*gate.Operation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.byScope[scopeKey]
+	if !ok {
+		return nil, gate.ErrNotFound
+	}
+	return l.operation(l.ops[id]), nil
+}
+
+// operation is the row as Find returns it: with its newest effect attempt.
+func (l *Ledger) operation(s *Snapshot) *gate.Operation {
+	op := s.Op
+	op.LastAttempt = nil
+	for i := len(s.Attempts) - 1; i >= 0; i-- {
+		if s.Attempts[i].Kind == gate.AttemptEffect {
+			a := s.Attempts[i]
+			op.LastAttempt = &a
+			break
+		}
+	}
+	return &op
+}
+
+// Write implements gate.Ledger.
+func (l *Ledger) Write(_ context.Context, c *gate.Change) error {
+	if l.BeforeWrite != nil {
+		if err := l.BeforeWrite(c); err != nil {
+			return err
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var (
+		s   *Snapshot
+		err error
+	)
+	if c.Claim != nil && c.Claim.Row != nil {
+		s, err = l.create(c)
+	} else {
+		s, err = l.apply(c)
+	}
+	if err != nil {
+		return err
+	}
+	// Everything was checked on a copy; only now does it become visible.
+	l.ops[s.Op.ID] = s
+	if s.Op.ConflictOf == "" {
+		l.byScope[s.Op.ScopeKey] = s.Op.ID
+	}
+	l.Writes++
+	return nil
+}
+
+func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
+	row := *c.Claim.Row
+	if len(c.Steps) == 0 || row.ID != c.OperationID {
+		return nil, fmt.Errorf("%w: a creating claim needs its row and a step", ErrRefused)
+	}
+	if _, ok := l.byScope[row.ScopeKey]; ok {
+		return nil, gate.ErrExists
+	}
+	if _, ok := l.ops[row.ID]; ok {
+		return nil, gate.ErrExists
+	}
+	row.State, row.ConflictOf = "", ""
+	row.DeliveryCount, row.AttemptCount, row.FirstAttemptAt = 0, 0, nil
+	row.ResultID, row.EvidenceAt, row.AckedAt, row.Lane = "", nil, nil, ""
+	if row.CreatedAt.IsZero() {
+		row.CreatedAt = c.At
+	}
+	s := &Snapshot{Op: row}
+	return s, l.change(s, c, true)
+}
+
+func (l *Ledger) apply(c *gate.Change) (*Snapshot, error) {
+	cur, ok := l.ops[c.OperationID]
+	if !ok || cur.Op.ConflictOf != "" {
+		return nil, gate.ErrNotFound
+	}
+	claim := c.Claim != nil
+	if (claim && cur.Op.Fence >= c.Fence) || (!claim && cur.Op.Fence != c.Fence) {
+		return nil, gate.ErrFenced
+	}
+	if cur.Op.State != c.Expect {
+		return nil, gate.ErrStateChanged
+	}
+	s := clone(cur)
+	return s, l.change(s, c, false)
+}
+
+// change applies c to s, a copy nobody else sees yet.
+func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
+	op := &s.Op
+	for _, st := range c.Steps {
+		if st.From != op.State || !(st.From == "" && creating || gate.CanTransition(st.From, st.To)) {
+			return fmt.Errorf("%w: transition %q -> %q from %q", ErrRefused, st.From, st.To, op.State)
+		}
+		if st.From == "" && (!creating || st.To != gate.StateReceived) {
+			return fmt.Errorf("%w: an operation begins in received", ErrRefused)
+		}
+		op.State = st.To
+		s.Transitions = append(s.Transitions, st.Transition)
+	}
+	op.UpdatedAt = c.At
+	switch {
+	case c.Claim != nil:
+		op.Fence, op.Owner, op.TraceID = c.Fence, c.Claim.Owner, c.Claim.TraceID
+		start, deadline := c.At, c.Claim.LeaseDeadline
+		op.LeaseStart, op.LeaseDeadline, op.LeaseExtensions = &start, &deadline, 0
+		if d := c.Claim.Delivery; d != nil {
+			dd := *d
+			dd.OperationID = op.ID
+			s.Deliveries = append(s.Deliveries, dd)
+			op.DeliveryCount++
+		}
+	case c.Settle != nil:
+		op.LeaseExtensions = c.Settle.LeaseExtensions
+		if a := c.Settle.Answer; a != nil && a.Owner != "" {
+			answer(s, a)
+		}
+		if f := c.Settle.Finish; f != nil {
+			if err := finish(s, f, c.At); err != nil {
+				return err
+			}
+		}
+	}
+	switch c.Kind {
+	case gate.ChangeConfirm:
+		at := c.At
+		op.ResultID, op.EvidenceAt = c.ResultID, &at
+	case gate.ChangeIndeterminate:
+		op.Lane = c.Lane
+	case gate.ChangeAcked:
+		at := c.At
+		op.AckedAt = &at
+	}
+	if c.Kind != gate.ChangeAcked {
+		op.Reason = c.Reason
+	}
+	if a := c.Start; a != nil {
+		aa := *a
+		aa.Fence = c.Fence
+		if aa.StartedAt.IsZero() {
+			aa.StartedAt = c.At
+		}
+		s.Attempts = append(s.Attempts, aa)
+		op.AttemptCount++
+		if aa.Kind == gate.AttemptEffect && op.FirstAttemptAt == nil {
+			t := aa.StartedAt
+			op.FirstAttemptAt = &t
+		}
+	}
+	if dl := c.DeadLetter; dl != nil && len(s.DeadLetters) == 0 {
+		d := *dl
+		d.OperationID = op.ID
+		if d.At.IsZero() {
+			d.At = c.At
+		}
+		s.DeadLetters = append(s.DeadLetters, d)
+	}
+	return nil
+}
+
+func finish(s *Snapshot, f *gate.Attempt, at time.Time) error {
+	for i := range s.Attempts {
+		a := &s.Attempts[i]
+		if a.N != f.N || a.FinishedAt != nil {
+			continue
+		}
+		done := at
+		if f.FinishedAt != nil {
+			done = *f.FinishedAt
+		}
+		a.FinishedAt, a.Outcome, a.StatusCode, a.ResultID, a.Reason = &done, f.Outcome, f.StatusCode, f.ResultID, f.Reason
+		return nil
+	}
+	return fmt.Errorf("%w: no unfinished attempt %d", ErrRefused, f.N)
+}
+
+func answer(s *Snapshot, a *gate.Answer) {
+	for i := range s.Deliveries {
+		d := &s.Deliveries[i]
+		if d.Owner == a.Owner && d.Decision == "" {
+			d.Decision = a.Decision
+			if a.Reason != "" {
+				d.Reason = a.Reason
+			}
+		}
+	}
+}
+
+// RecordConflict implements gate.Ledger.
+func (l *Ledger) RecordConflict(_ context.Context, c *gate.Conflict) (*gate.Operation, error) {
+	if c.Original == nil || c.Record == nil || c.Record.ID == "" {
+		return nil, fmt.Errorf("%w: a conflict needs its original and its record", ErrRefused)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.ops[c.Record.ID]
+	if !ok {
+		row := *c.Record
+		row.ConflictOf, row.State = c.Original.ID, gate.StateConflicting
+		row.Fence, row.Owner, row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = 0, "", nil, nil, 0
+		row.DeliveryCount, row.AttemptCount = 0, 0
+		if row.CreatedAt.IsZero() {
+			row.CreatedAt = c.At
+		}
+		row.UpdatedAt = c.At
+		s = &Snapshot{Op: row, Transitions: []gate.Transition{
+			{From: "", To: gate.StateReceived}, {From: gate.StateReceived, To: gate.StateConflicting},
+		}}
+		l.ops[row.ID] = s
+	}
+	if c.Delivery != nil {
+		d := *c.Delivery
+		d.OperationID = s.Op.ID
+		s.Deliveries = append(s.Deliveries, d)
+		s.Op.DeliveryCount++
+	}
+	if c.DeadLetter != nil && len(s.DeadLetters) == 0 {
+		d := *c.DeadLetter
+		d.OperationID = s.Op.ID
+		s.DeadLetters = append(s.DeadLetters, d)
+	}
+	op := s.Op
+	return &op, nil
+}
+
+// RecordDelivery implements gate.Ledger.
+func (l *Ledger) RecordDelivery(_ context.Context, d *gate.Delivery) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.ops[d.OperationID]
+	if !ok {
+		return gate.ErrNotFound
+	}
+	s.Deliveries = append(s.Deliveries, *d)
+	s.Op.DeliveryCount++
+	return nil
+}
+
+// AnswerDelivery implements gate.Ledger.
+func (l *Ledger) AnswerDelivery(_ context.Context, operationID string, a *gate.Answer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.ops[operationID]; ok {
+		answer(s, a)
+	}
+	return nil
+}
+
+// Snapshot returns a copy of everything recorded for operation id.
+func (l *Ledger) Snapshot(id string) (Snapshot, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.ops[id]
+	if !ok {
+		return Snapshot{}, false
+	}
+	c := clone(s)
+	c.Op = *l.operation(s)
+	return *c, true
+}
+
+// IDs lists every operation id, conflict records included, in order.
+func (l *Ledger) IDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.ops))
+}
+
+func clone(s *Snapshot) *Snapshot {
+	return &Snapshot{
+		Op:          s.Op,
+		Deliveries:  slices.Clone(s.Deliveries),
+		Attempts:    slices.Clone(s.Attempts),
+		Transitions: slices.Clone(s.Transitions),
+		DeadLetters: slices.Clone(s.DeadLetters),
+	}
+}
