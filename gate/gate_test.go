@@ -1,0 +1,453 @@
+package gate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/gate/gatetest"
+)
+
+// These are the design note's failure-shaped cases at the gate's own level:
+// fake ports, so each interleaving is a step the test takes, not a race it
+// hopes to win. The HTTP-level tests in handlers/ hold the broker contract.
+
+type rig struct {
+	t      *testing.T
+	gate   *gate.Gate
+	ledger *gatetest.Ledger
+	leases *gatetest.Reservations
+	fx     *gatetest.Effects
+	clock  *gatetest.Clock
+	route  *gate.Route
+	tokens atomic.Int64
+}
+
+func newRig(t *testing.T, shape gate.Shape, policy gate.DeadLetterPolicy) *rig {
+	t.Helper()
+	// The clock starts at the real time because the gate bounds each
+	// delivery's context by a deadline taken from it.
+	clock := gatetest.NewClock(time.Now())
+	r := &rig{t: t, ledger: gatetest.NewLedger(), fx: &gatetest.Effects{Dedupe: shape == gate.ShapeIdempotent}, clock: clock}
+	r.leases = gatetest.NewReservations(clock.Now)
+	r.route = &gate.Route{
+		Name: "orders", Tenant: "t1", Broker: gate.BrokerPubSub, Shape: shape,
+		Key:          gate.KeySource{Kind: gate.KeyMessageID},
+		Fingerprint:  gate.FingerprintSpec{Version: 1, Data: true},
+		Effect:       gate.EffectSpec{Timeout: 5 * time.Second},
+		DedupeWindow: time.Hour, MaxAttempts: 3, DeadLetter: policy,
+		AckDeadline: 10 * time.Second, Retention: 8 * 24 * time.Hour, ContractVersion: "v1",
+	}
+	r.gate = &gate.Gate{
+		Ledger: r.ledger, Reservations: r.leases, Effects: r.fx, Owner: "gw-1", Now: clock.Now,
+		NewToken: func() string { return fmt.Sprint(r.tokens.Add(1)) },
+	}
+	return r
+}
+
+func (r *rig) msg(id, data string) *gate.Message {
+	return &gate.Message{Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s", MessageID: id,
+		Data: []byte(data), PublishTime: r.clock.Now().Add(-time.Second)}
+}
+
+// push delivers m and finishes the result as a handler does once the
+// response was (sent) or was not (!sent) written to the broker.
+func (r *rig) push(m *gate.Message, sent bool) *gate.Result {
+	r.t.Helper()
+	res, err := r.gate.Deliver(context.Background(), r.route, m)
+	var ie *gate.InfraError
+	if err != nil && !errors.As(err, &ie) {
+		r.t.Fatalf("Deliver: %v is not an InfraError", err)
+	}
+	res.Finish(context.Background(), nil, sent)
+	return res
+}
+
+func (r *rig) snapshot(m *gate.Message) gatetest.Snapshot {
+	r.t.Helper()
+	id, err := gate.Identify(r.route, m)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s, ok := r.ledger.Snapshot(id.OperationID)
+	if !ok {
+		r.t.Fatalf("no operation for %s", m.MessageID)
+	}
+	return s
+}
+
+func (r *rig) key(m *gate.Message) string {
+	id, err := gate.Identify(r.route, m)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return id.IdempotencyKey
+}
+
+func want(t *testing.T, res *gate.Result, d gate.Decision, s gate.State) {
+	t.Helper()
+	if res.Decision != d || res.State != s {
+		t.Fatalf("answer %s in %s (%s), want %s in %s", res.Decision, res.State, res.Reason, d, s)
+	}
+}
+
+func wantState(t *testing.T, s gatetest.Snapshot, st gate.State) {
+	t.Helper()
+	if s.Op.State != st {
+		t.Fatalf("operation is %s (%s), want %s", s.Op.State, s.Op.Reason, st)
+	}
+}
+
+// failSettling makes every write that settles an attempt fail, as a process
+// that dies after its call and before its commit leaves things.
+func (r *rig) failSettling() {
+	r.ledger.BeforeWrite = func(c *gate.Change) error {
+		if c.Settle != nil {
+			return errors.New("connection reset")
+		}
+		return nil
+	}
+}
+
+func TestAckOnlyAfterCommittedEvidence(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	s := r.snapshot(m)
+	wantState(t, s, gate.StateAcknowledged)
+	if s.Op.ResultID == "" || s.Op.EvidenceAt == nil || s.Op.AckedAt == nil || s.Op.EvidenceAt.After(*s.Op.AckedAt) {
+		t.Fatalf("evidence %q at %v, acked at %v", s.Op.ResultID, s.Op.EvidenceAt, s.Op.AckedAt)
+	}
+	if len(s.Deliveries) != 1 || s.Deliveries[0].Decision != gate.Ack || r.fx.Applied(r.key(m)) != 1 {
+		t.Fatalf("deliveries %+v, %d effects", s.Deliveries, r.fx.Applied(r.key(m)))
+	}
+	if r.leases.Held(s.Op.ID) {
+		t.Fatal("the lease outlived the delivery")
+	}
+}
+
+// The ack could not be written to the broker: the operation stays
+// ack_pending, and the redelivery that follows acks without a new effect.
+func TestFailedAckWriteIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeUnsafe, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	want(t, r.push(m, false), gate.Ack, gate.StateAckPending)
+	s := r.snapshot(m)
+	wantState(t, s, gate.StateAckPending)
+	if s.Op.AckedAt != nil {
+		t.Fatalf("acked at %v although the ack never reached the broker", s.Op.AckedAt)
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	s = r.snapshot(m)
+	wantState(t, s, gate.StateAcknowledged)
+	if r.fx.Calls() != 1 || len(s.Deliveries) != 2 {
+		t.Fatalf("%d calls, %d deliveries", r.fx.Calls(), len(s.Deliveries))
+	}
+}
+
+// A changed payload under the key of an operation still in flight is a
+// conflict: it never runs under the original's idempotency key.
+func TestConflictWhileTheOriginalIsOpen(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []gate.DeadLetterPolicy{gate.DeadLetterBroker, gate.DeadLetterGateway} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, gate.ShapeIdempotent, policy)
+			r.fx.Script = func(_ int, _ *gate.EffectRequest, _ func() string) gate.EffectResult {
+				return gate.EffectResult{Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "busy"}
+			}
+			orig := r.msg("m-1", "original")
+			want(t, r.push(orig, true), gate.Nack, gate.StatePendingEffect)
+			changed := r.msg("m-1", "changed")
+			res := r.push(changed, true)
+			if res.State != gate.StateConflicting || res.Decision != gate.AnswerFor(gate.StateConflicting, policy) {
+				t.Fatalf("changed payload: %s in %s (%s)", res.Decision, res.State, res.Reason)
+			}
+			if r.fx.Calls() != 1 {
+				t.Fatalf("%d effect calls, want only the original's", r.fx.Calls())
+			}
+			if s := r.snapshot(orig); s.Op.State != gate.StatePendingEffect || s.Op.DeliveryCount != 1 {
+				t.Fatalf("the original was touched: %+v", s.Op)
+			}
+		})
+	}
+}
+
+// On a lookup route, a redelivery after an owner died mid-call asks the
+// provider first; when it cannot answer, the operation goes indeterminate and
+// the effect is not attempted again.
+func TestRedeliveryWithLookupDownGoesIndeterminate(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	r.failSettling()
+	want(t, r.push(m, true), gate.Nack, "")
+	wantState(t, r.snapshot(m), gate.StatePendingEffect)
+	r.ledger.BeforeWrite = nil
+	r.fx.LookupDown = true
+	want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
+	s := r.snapshot(m)
+	if s.Op.Lane != gate.LaneOperator || r.fx.Calls() != 1 || r.fx.Lookups() != 1 {
+		t.Fatalf("lane %q, %d calls, %d lookups", s.Op.Lane, r.fx.Calls(), r.fx.Lookups())
+	}
+	// And it stays there: no later delivery re-executes it.
+	r.fx.LookupDown = false
+	want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
+	if r.fx.Calls() != 1 {
+		t.Fatalf("%d calls after the hold", r.fx.Calls())
+	}
+}
+
+// The same redelivery with the lookup up: found settles without a call,
+// absent allows exactly one new attempt under the same key.
+func TestRedeliveryLooksUpBeforeRetrying(t *testing.T) {
+	t.Parallel()
+	t.Run("found", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+		m := r.msg("m-1", "x")
+		r.failSettling()
+		r.push(m, true)
+		r.ledger.BeforeWrite = nil
+		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+		if s := r.snapshot(m); s.Op.State != gate.StateAcknowledged || s.Op.ResultID == "" || r.fx.Calls() != 1 || r.fx.Applied(r.key(m)) != 1 {
+			t.Fatalf("%s result %q, %d calls", s.Op.State, s.Op.ResultID, r.fx.Calls())
+		}
+	})
+	t.Run("absent", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+		m := r.msg("m-1", "x")
+		// The first call fails before applying, and its owner dies.
+		r.fx.Script = func(n int, _ *gate.EffectRequest, apply func() string) gate.EffectResult {
+			if n == 1 {
+				return gate.EffectResult{Outcome: gate.OutcomeUnknown, Reason: "connection refused"}
+			}
+			return gate.EffectResult{Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: apply()}
+		}
+		r.failSettling()
+		r.push(m, true)
+		r.ledger.BeforeWrite = nil
+		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+		s := r.snapshot(m)
+		if r.fx.Calls() != 2 || r.fx.Applied(r.key(m)) != 1 || s.Op.AttemptCount != 2 || s.Attempts[1].IdempotencyKey != s.Attempts[0].IdempotencyKey {
+			t.Fatalf("%d calls, %d applied, attempts %+v", r.fx.Calls(), r.fx.Applied(r.key(m)), s.Attempts)
+		}
+	})
+}
+
+// A response lost after the effect, by shape.
+func TestLostResponseByShape(t *testing.T) {
+	t.Parallel()
+	lose := func(_ int, _ *gate.EffectRequest, apply func() string) gate.EffectResult {
+		apply()
+		return gate.EffectResult{Outcome: gate.OutcomeUnknown, Reason: "timeout"}
+	}
+	t.Run("idempotent retries under the same key, inside the window", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+		r.fx.Script = lose
+		m := r.msg("m-1", "x")
+		want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+		r.fx.Script = nil
+		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+		if r.fx.Applied(r.key(m)) != 1 || r.fx.Calls() != 2 {
+			t.Fatalf("%d applied over %d calls", r.fx.Applied(r.key(m)), r.fx.Calls())
+		}
+	})
+	t.Run("idempotent past the window is indeterminate", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+		r.fx.Script = lose
+		m := r.msg("m-1", "x")
+		r.push(m, true)
+		r.clock.Advance(2 * time.Hour)
+		want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
+		if r.fx.Calls() != 1 {
+			t.Fatalf("%d calls", r.fx.Calls())
+		}
+	})
+	t.Run("lookup finds the effect at once", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+		r.fx.Script = lose
+		m := r.msg("m-1", "x")
+		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+		if r.fx.Lookups() != 1 || r.fx.Calls() != 1 {
+			t.Fatalf("%d lookups, %d calls", r.fx.Lookups(), r.fx.Calls())
+		}
+	})
+	t.Run("unsafe is indeterminate and stays so", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeUnsafe, gate.DeadLetterGateway)
+		r.fx.Script = lose
+		m := r.msg("m-1", "x")
+		want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
+		want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
+		if r.fx.Calls() != 1 {
+			t.Fatalf("%d calls", r.fx.Calls())
+		}
+	})
+	t.Run("repeatable repeats, then stops at the limit", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, gate.ShapeRepeatable, gate.DeadLetterGateway)
+		r.fx.Script = lose
+		m := r.msg("m-1", "x")
+		want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+		want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+		want(t, r.push(m, true), gate.Ack, gate.StateTerminalFailure)
+		s := r.snapshot(m)
+		if r.fx.Calls() != 3 || len(s.DeadLetters) != 1 {
+			t.Fatalf("%d calls, dead letters %+v", r.fx.Calls(), s.DeadLetters)
+		}
+		want(t, r.push(m, true), gate.Ack, gate.StateTerminalFailure)
+		if r.fx.Calls() != 3 {
+			t.Fatalf("a terminal operation was called again: %d calls", r.fx.Calls())
+		}
+	})
+}
+
+// Kill the worker after durable intent and before its call: the next owner
+// resumes with the recorded idempotency key, under a higher fence.
+func TestOrphanedIntentIsResumed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	r.fx.OnCall = func(*gate.EffectRequest) {}
+	r.failSettling()
+	r.fx.Script = func(int, *gate.EffectRequest, func() string) gate.EffectResult {
+		return gate.EffectResult{Outcome: gate.OutcomeUnknown, Reason: "died before sending"}
+	}
+	r.push(m, true)
+	r.ledger.BeforeWrite, r.fx.Script = nil, nil
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	s := r.snapshot(m)
+	if s.Op.Fence < 2 || s.Attempts[1].IdempotencyKey != s.Attempts[0].IdempotencyKey || r.fx.Applied(r.key(m)) != 1 {
+		t.Fatalf("fence %d, attempts %+v", s.Op.Fence, s.Attempts)
+	}
+}
+
+// The lease is lost while the first owner's call is in flight (Redis lost
+// its data); a second delivery takes over and settles. The first owner's
+// late result is fenced off: it answers nack and commits nothing.
+func TestStaleOwnerIsFenced(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	var second *gate.Result
+	r.fx.OnCall = func(req *gate.EffectRequest) {
+		if req.Fence != 1 {
+			return
+		}
+		r.leases.Flush()
+		second = r.push(m, true)
+	}
+	first := r.push(m, true)
+	want(t, second, gate.Ack, gate.StateAckPending)
+	if first.Decision != gate.Nack || !strings.Contains(first.Reason, "fenced") {
+		t.Fatalf("stale owner answered %s (%s)", first.Decision, first.Reason)
+	}
+	s := r.snapshot(m)
+	wantState(t, s, gate.StateAcknowledged)
+	if s.Op.Fence != 2 || r.fx.Applied(r.key(m)) != 1 || s.Attempts[0].FinishedAt != nil {
+		t.Fatalf("fence %d, %d applied, attempt 1 %+v", s.Op.Fence, r.fx.Applied(r.key(m)), s.Attempts[0])
+	}
+	for _, d := range s.Deliveries {
+		if d.Owner == "gw-1/1" && d.Decision != gate.Nack {
+			t.Fatalf("the stale owner's delivery says %s", d.Decision)
+		}
+	}
+}
+
+// A delivery that finds the lease held answers nack and calls nothing.
+func TestContendedDeliveryNacks(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	var second *gate.Result
+	r.fx.OnCall = func(*gate.EffectRequest) {
+		if second == nil {
+			second = r.push(m, true)
+		}
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	if second.Decision != gate.Nack || r.fx.Calls() != 1 {
+		t.Fatalf("contender: %s (%s), %d calls", second.Decision, second.Reason, r.fx.Calls())
+	}
+}
+
+// Documented failures retry until the limit, then the operation is terminal
+// and dead-lettered per policy; a later delivery never calls again.
+func TestRetriesThenTerminal(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []gate.DeadLetterPolicy{gate.DeadLetterBroker, gate.DeadLetterGateway} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, gate.ShapeIdempotent, policy)
+			r.fx.Script = func(int, *gate.EffectRequest, func() string) gate.EffectResult {
+				return gate.EffectResult{Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "HTTP 503"}
+			}
+			m := r.msg("m-1", "x")
+			want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+			want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+			final := gate.AnswerFor(gate.StateTerminalFailure, policy)
+			want(t, r.push(m, true), final, gate.StateTerminalFailure)
+			want(t, r.push(m, true), final, gate.StateTerminalFailure)
+			s := r.snapshot(m)
+			if r.fx.Calls() != 3 || (len(s.DeadLetters) == 1) != (policy == gate.DeadLetterGateway) {
+				t.Fatalf("%d calls, dead letters %+v", r.fx.Calls(), s.DeadLetters)
+			}
+		})
+	}
+}
+
+// The evidence store goes dark after the attempt: no ack, no automatic
+// success, and the error says it was the store.
+func TestLedgerDownAfterTheAttemptNacks(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	r.failSettling()
+	m := r.msg("m-1", "x")
+	res, err := r.gate.Deliver(context.Background(), r.route, m)
+	var ie *gate.InfraError
+	if !errors.As(err, &ie) || res.Decision != gate.Nack {
+		t.Fatalf("answer %s, err %v", res.Decision, err)
+	}
+	res.Finish(context.Background(), nil, true)
+	if s := r.snapshot(m); s.Op.State != gate.StatePendingEffect || s.Op.AckedAt != nil {
+		t.Fatalf("after a failed settle: %+v", s.Op)
+	}
+}
+
+// A redelivery of acknowledged work is acked from the ledger and flagged.
+func TestRedeliveryAfterAckIsAnAnomaly(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeUnsafe, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	r.push(m, true)
+	writes := r.ledger.Writes
+	want(t, r.push(m, true), gate.Ack, gate.StateAcknowledged)
+	s := r.snapshot(m)
+	if r.fx.Calls() != 1 || r.ledger.Writes != writes || s.Deliveries[1].Anomaly != "redelivered_after_ack" {
+		t.Fatalf("%d calls, %d writes (had %d), delivery %+v", r.fx.Calls(), r.ledger.Writes, writes, s.Deliveries[1])
+	}
+}
+
+// A message older than the evidence horizon is not taken for new work.
+func TestRetentionGapIsTerminal(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterGateway)
+	m := r.msg("m-old", "x")
+	m.PublishTime = r.clock.Now().Add(-9 * 24 * time.Hour)
+	want(t, r.push(m, true), gate.Ack, gate.StateTerminalFailure)
+	if s := r.snapshot(m); r.fx.Calls() != 0 || len(s.DeadLetters) != 1 {
+		t.Fatalf("%d calls, dead letters %+v", r.fx.Calls(), s.DeadLetters)
+	}
+}
