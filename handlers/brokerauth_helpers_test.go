@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/gate"
@@ -116,7 +117,7 @@ func (e *env) nothingRecorded(what string) {
 }
 
 // subscriptionEvents lists the route's recorded SNS subscription messages.
-func (e *env) subscriptionEvents(route string) []storage.SubscriptionEvent {
+func (e *env) subscriptionEvents(route string) []adminapi.SubscriptionEvent {
 	e.t.Helper()
 	ev, err := storage.NewSubscriptions(e.pool).List(context.Background(), route)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	goawsrouter "github.com/Admiral-Piett/goaws/app/router"
 	"github.com/sirupsen/logrus"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/storage"
@@ -96,9 +97,9 @@ func TestGoawsSubscribePublishEndToEnd(t *testing.T) {
 		t.Fatalf("the gateway without the emulator setting acted on goaws's confirmation: %+v", ev)
 	}
 	subscribe(e.ingest.URL + "/v1/push/sns/orders")
-	var confirmed []storage.SubscriptionEvent
+	var confirmed []adminapi.SubscriptionEvent
 	waitFor(t, func() bool { confirmed = e.subscriptionEvents("orders"); return len(confirmed) == 1 })
-	if c := confirmed[0]; c.Outcome != storage.SubscriptionConfirmed || c.TopicArn != ordersTopic ||
+	if c := confirmed[0]; c.Outcome != adminapi.SubscriptionConfirmed || c.TopicArn != ordersTopic ||
 		c.MessageType != "SubscriptionConfirmation" || !strings.HasPrefix(c.SubscriptionArn, ordersTopic+":") {
 		t.Fatalf("subscription event = %+v", c)
 	}

@@ -27,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
@@ -368,7 +369,7 @@ func (e *env) opID(route string, m msg) string {
 	return id.OperationID
 }
 
-func (e *env) record(id string) *storage.Record {
+func (e *env) record(id string) *adminapi.Record {
 	e.t.Helper()
 	rec, err := e.ledger.Get(context.Background(), id)
 	if err != nil {
@@ -380,9 +381,9 @@ func (e *env) record(id string) *storage.Record {
 // waitState polls the ledger until the operation reaches want: post-ack
 // bookkeeping runs after the response, so tests wait for it instead of
 // assuming it already happened.
-func (e *env) waitState(id string, want gate.State) *storage.Record {
+func (e *env) waitState(id string, want gate.State) *adminapi.Record {
 	e.t.Helper()
-	var rec *storage.Record
+	var rec *adminapi.Record
 	testenv.Eventually(e.t, 10*time.Second, func() bool { rec = e.record(id); return rec.Operation.State == want },
 		func() string { return fmt.Sprintf("operation %s stayed %s, want %s", id, rec.Operation.State, want) })
 	return rec
@@ -405,7 +406,7 @@ func (e *env) adminGet(path string, v any) int {
 	return resp.StatusCode
 }
 
-func states(rec *storage.Record) []gate.State {
+func states(rec *adminapi.Record) []gate.State {
 	var out []gate.State
 	for _, ev := range rec.Events {
 		out = append(out, ev.To)

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/authtest"
-	"github.com/ackgate/ackgate/storage"
 )
 
 const (
@@ -199,18 +199,18 @@ func TestSNSSubscriptionMessages(t *testing.T) {
 	var got []row
 	for _, ev := range e.subscriptionEvents("orders") {
 		got = append(got, row{ev.MessageType, ev.MessageID, ev.Outcome})
-		if ev.Outcome == storage.SubscriptionConfirmed && ev.SubscriptionArn != ordersTopic+":sub-1" {
+		if ev.Outcome == adminapi.SubscriptionConfirmed && ev.SubscriptionArn != ordersTopic+":sub-1" {
 			t.Errorf("confirmed without the subscription ARN: %+v", ev)
 		}
 	}
 	want := []row{
-		{"SubscriptionConfirmation", "c-1", storage.SubscriptionConfirmed},
-		{"SubscriptionConfirmation", "c-2", storage.SubscriptionRefused},
-		{"SubscriptionConfirmation", "c-3", storage.SubscriptionRefused},
-		{"UnsubscribeConfirmation", "u-1", storage.SubscriptionRecorded},
-		{"SubscriptionConfirmation", "c-4", storage.SubscriptionConfirmed},
-		{"SubscriptionConfirmation", "c-5", storage.SubscriptionConfirmFailed},
-		{"SubscriptionConfirmation", "c-5", storage.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-1", adminapi.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-2", adminapi.SubscriptionRefused},
+		{"SubscriptionConfirmation", "c-3", adminapi.SubscriptionRefused},
+		{"UnsubscribeConfirmation", "u-1", adminapi.SubscriptionRecorded},
+		{"SubscriptionConfirmation", "c-4", adminapi.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-5", adminapi.SubscriptionConfirmFailed},
+		{"SubscriptionConfirmation", "c-5", adminapi.SubscriptionConfirmed},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("recorded %v, want %v", got, want)
