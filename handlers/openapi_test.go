@@ -598,12 +598,9 @@ func TestOpenAPIAdminRefusals(t *testing.T) {
 func TestOpenAPISNSAnswers(t *testing.T) {
 	t.Parallel()
 	sns := authtest.NewSNS(t)
-	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", "")+
-		snsRouteYAML("raw", "basic", "    raw_delivery: true\n    basic_auth:\n      username_env: SNS_USER\n      password_env: SNS_PASSWORD\n"))
-	e.useAuth(handlers.BrokerAuth{
-		SNS:         snsVerifier(t, sns.Prefix()),
-		Credentials: e.credentials(map[string]string{"SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"}),
-	})
+	e := newEnvWith(t, false, snsRouteYAML("orders", "sns_signature", "")+
+		snsRouteYAML("raw", "basic", "    raw_delivery: true\n    basic_auth:\n      username_env: SNS_USER\n      password_env: SNS_PASSWORD\n"),
+		map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix(), "SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"})
 	c := &specClient{t: t, v: newSpecValidator(t)}
 	post := func(route string, m *brokerauth.SNSMessage, body []byte, want int, extra map[string]string) handlers.AnswerBody {
 		t.Helper()
@@ -673,11 +670,8 @@ func TestOpenAPISNSAnswers(t *testing.T) {
 func TestOpenAPIPushAuthAnswers(t *testing.T) {
 	t.Parallel()
 	iss := authtest.NewIssuer(t)
-	e := newEnv(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"))
-	e.useAuth(handlers.BrokerAuth{
-		OIDC:        brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{}),
-		Credentials: e.credentials(map[string]string{"ORDERS_PUSH_TOKEN": "push-token-0123456789"}),
-	})
+	e := newEnvWith(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"),
+		map[string]string{"ORDERS_PUSH_TOKEN": "push-token-0123456789"})
 	c := &specClient{t: t, v: newSpecValidator(t)}
 	url := e.ingest.URL + "/v1/push/pubsub/orders"
 	good := iss.Token(t, iss.Claims(pushAudience, pushAccount))

@@ -33,9 +33,8 @@ func snsRouteYAML(name, auth, extra string) string {
 
 func newSNSEnv(t *testing.T, sns *authtest.SNS) *env {
 	t.Helper()
-	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", ""))
-	e.useAuth(handlers.BrokerAuth{SNS: snsVerifier(t, sns.Prefix())})
-	return e
+	return newEnvWith(t, false, snsRouteYAML("orders", "sns_signature", ""),
+		map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix()})
 }
 
 // A signed notification from a listed topic runs once and is acked; its
@@ -228,15 +227,11 @@ func TestSNSSubscriptionMessages(t *testing.T) {
 func TestSNSRawDeliveryWithBasicCredentials(t *testing.T) {
 	t.Parallel()
 	sns := authtest.NewSNS(t)
-	e := newEnv(t, false, snsRouteYAML("raw", "basic", `    raw_delivery: true
+	e := newEnvWith(t, false, snsRouteYAML("raw", "basic", `    raw_delivery: true
     basic_auth:
       username_env: SNS_USER
       password_env: SNS_PASSWORD
-`))
-	e.useAuth(handlers.BrokerAuth{
-		SNS:         snsVerifier(t, sns.Prefix()),
-		Credentials: e.credentials(map[string]string{"SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"}),
-	})
+`), map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix(), "SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"})
 	raw := func(id, topic, auth string) (reply, http.Header) {
 		h := map[string]string{
 			"X-Amz-Sns-Message-Type": "Notification", "X-Amz-Sns-Message-Id": id,
