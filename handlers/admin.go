@@ -8,18 +8,19 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/storage"
 )
 
-// EvidenceStore is the ledger's read side as the admin API needs it.
+// EvidenceStore is the ledger's read side as the admin API needs it. Get
+// answers gate.ErrNotFound for an unknown id; List answers
+// adminapi.ErrInvalidFilter for a filter it cannot apply.
 type EvidenceStore interface {
-	Get(ctx context.Context, id string) (*storage.Record, error)
-	List(ctx context.Context, f storage.ListFilter) ([]gate.Operation, string, error)
+	Get(ctx context.Context, id string) (*adminapi.Record, error)
+	List(ctx context.Context, f adminapi.ListFilter) ([]gate.Operation, string, error)
 }
 
 // AdminOptions wires the admin listener.
@@ -86,60 +87,12 @@ func writeProblem(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, problem{Error: msg})
 }
 
-// EvidenceRecord is what "what happened to message X?" gets back: the
-// minimized evidence fields, the raw ledger rows behind them, and the
-// completion statement.
-type EvidenceRecord struct {
-	Operation   gate.Operation    `json:"operation"`
-	Evidence    EvidenceFields    `json:"evidence"`
-	Statement   string            `json:"completion_statement"`
-	Deliveries  []gate.Delivery   `json:"deliveries"`
-	Attempts    []gate.Attempt    `json:"attempts"`
-	Transitions []storage.Event   `json:"transitions"`
-	DeadLetters []gate.DeadLetter `json:"dead_letters"`
-	Contract    *gate.Route       `json:"contract,omitempty"`
-	Links       map[string]string `json:"links,omitempty"`
-}
-
-// EvidenceFields names each field of the minimized evidence record once, so an
-// operator does not have to know the ledger's tables to read it.
-type EvidenceFields struct {
-	DeliveryID           string         `json:"delivery_id"`
-	ReceiveCount         int            `json:"receive_count"`
-	OperationScope       string         `json:"operation_scope"`
-	SemanticFingerprint  string         `json:"semantic_fingerprint"`
-	MessageSchemaVersion int            `json:"message_schema_version"`
-	LeaseStart           *time.Time     `json:"lease_start,omitempty"`
-	LeaseDeadline        *time.Time     `json:"lease_deadline,omitempty"`
-	LeaseExtensions      int            `json:"lease_extensions"`
-	OwnerToken           string         `json:"owner_token"`
-	FencingVersion       int64          `json:"fencing_version"`
-	TransitionTimes      []TransitionAt `json:"reservation_transition_times"`
-	PendingHandoffID     *string        `json:"pending_handoff_or_outbox_id"`
-	EffectAttemptID      string         `json:"effect_attempt_id,omitempty"`
-	IdempotencyKey       string         `json:"idempotency_key"`
-	ResultID             string         `json:"provider_result_id,omitempty"`
-	EffectStatus         gate.State     `json:"effect_status"`
-	EvidenceTime         *time.Time     `json:"evidence_time,omitempty"`
-	AckConfirmedTime     *time.Time     `json:"acknowledgment_confirmed_time,omitempty"`
-	NegativeOrDeadLetter string         `json:"negative_ack_or_dead_letter_reason,omitempty"`
-	IndeterminateLane    string         `json:"indeterminate_lane,omitempty"`
-	ManualIntervention   *string        `json:"manual_intervention"`
-	RetentionExpiry      time.Time      `json:"retention_expiry"`
-	TraceID              string         `json:"trace_id,omitempty"`
-	ContractVersion      string         `json:"contract_version"`
-}
-
-// TransitionAt is one step of the lifecycle with its time and fence.
-type TransitionAt struct {
-	To    gate.State `json:"to"`
-	At    time.Time  `json:"at"`
-	Fence int64      `json:"fence"`
-}
-
-func buildRecord(rec *storage.Record, routes []*gate.Route) EvidenceRecord {
+// buildRecord is the ledger's rows as an operator reads them: each evidence
+// field named, the completion statement, and the route's contract as the admin
+// API shows it.
+func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRecord {
 	op := rec.Operation
-	ev := EvidenceFields{
+	ev := adminapi.EvidenceFields{
 		ReceiveCount: op.DeliveryCount, OperationScope: op.ScopeKey,
 		SemanticFingerprint: op.Fingerprint, MessageSchemaVersion: op.FingerprintVersion,
 		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions,
@@ -160,11 +113,11 @@ func buildRecord(rec *storage.Record, routes []*gate.Route) EvidenceRecord {
 	for _, dl := range rec.DeadLetters {
 		ev.NegativeOrDeadLetter = "dead-lettered by the gateway: " + dl.Reason
 	}
-	ev.TransitionTimes = make([]TransitionAt, 0, len(rec.Events))
+	ev.TransitionTimes = make([]adminapi.TransitionAt, 0, len(rec.Events))
 	for _, e := range rec.Events {
-		ev.TransitionTimes = append(ev.TransitionTimes, TransitionAt{To: e.To, At: e.At, Fence: e.Fence})
+		ev.TransitionTimes = append(ev.TransitionTimes, adminapi.TransitionAt{To: e.To, At: e.At, Fence: e.Fence})
 	}
-	out := EvidenceRecord{
+	out := adminapi.EvidenceRecord{
 		Operation: op, Evidence: ev, Statement: gate.Statement(&op),
 		Deliveries: nonNil(rec.Deliveries), Attempts: nonNil(rec.Attempts),
 		Transitions: nonNil(rec.Events), DeadLetters: nonNil(rec.DeadLetters),
@@ -208,18 +161,12 @@ func handleGetOperation(o *AdminOptions) http.HandlerFunc {
 	}
 }
 
-// OperationList is one page of operations.
-type OperationList struct {
-	Operations []gate.Operation `json:"operations"`
-	NextCursor string           `json:"next_cursor,omitempty"`
-}
-
 const maxListLimit = 500
 
 func handleListOperations(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		f := storage.ListFilter{
+		f := adminapi.ListFilter{
 			Route: q.Get("route"), State: q.Get("state"), MessageID: q.Get("message_id"),
 			Key: q.Get("key"), Cursor: q.Get("cursor"),
 		}
@@ -242,7 +189,7 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			}
 		}
 		ops, next, err := o.Evidence.List(r.Context(), f)
-		if errors.Is(err, storage.ErrInvalidFilter) {
+		if errors.Is(err, adminapi.ErrInvalidFilter) {
 			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
 			return
 		}
@@ -251,7 +198,7 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
 			return
 		}
-		writeJSON(w, http.StatusOK, OperationList{Operations: nonNil(ops), NextCursor: next})
+		writeJSON(w, http.StatusOK, adminapi.OperationList{Operations: nonNil(ops), NextCursor: next})
 	}
 }
 
@@ -263,18 +210,13 @@ func joinStates() string {
 	return strings.Join(s, ", ")
 }
 
-// RouteList lists every route's effective contract.
-type RouteList struct {
-	Routes []*gate.Route `json:"routes"`
-}
-
 func handleListRoutes(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		out := make([]*gate.Route, len(o.Routes))
 		for i, r := range o.Routes {
 			out[i] = contractView(r)
 		}
-		writeJSON(w, http.StatusOK, RouteList{Routes: out})
+		writeJSON(w, http.StatusOK, adminapi.RouteList{Routes: out})
 	}
 }
 

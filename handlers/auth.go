@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // BrokerAuth is what the ingest handlers need to authenticate deliveries and
@@ -26,7 +26,7 @@ type BrokerAuth struct {
 
 // SubscriptionLog is the durable record of SNS subscription messages.
 type SubscriptionLog interface {
-	Record(ctx context.Context, e *storage.SubscriptionEvent) error
+	Record(ctx context.Context, e *adminapi.SubscriptionEvent) error
 }
 
 func notConfigured(what string) error {

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/authtest"
 )
 
@@ -50,7 +48,6 @@ func TestPubSubOIDC(t *testing.T) {
 	t.Parallel()
 	iss := authtest.NewIssuer(t)
 	e := newEnv(t, false, oidcRouteYAML(iss.JWKSURL(), ""))
-	e.useAuth(handlers.BrokerAuth{OIDC: brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{})})
 
 	claims := func(mutate func(c map[string]any)) map[string]any {
 		c := iss.Claims(pushAudience, pushAccount)
@@ -104,7 +101,6 @@ func TestPubSubOIDCKeySetDown(t *testing.T) {
 	iss := authtest.NewIssuer(t)
 	down := authtest.NewRecorder(t) // answers 200 with a body that is no key set
 	e := newEnv(t, false, oidcRouteYAML(down.URL()+"/certs", ""))
-	e.useAuth(handlers.BrokerAuth{OIDC: brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{})})
 	tok := iss.Token(t, iss.Claims(pushAudience, pushAccount))
 	r, _ := e.pushWith("/v1/push/pubsub/orders", msg{ID: "m-1", Data: "x"}, "Bearer "+tok)
 	wantStatus(t, r, http.StatusServiceUnavailable)
@@ -116,11 +112,8 @@ func TestPubSubOIDCKeySetDown(t *testing.T) {
 func TestPubSubVerificationToken(t *testing.T) {
 	t.Parallel()
 	iss := authtest.NewIssuer(t)
-	e := newEnv(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"))
-	e.useAuth(handlers.BrokerAuth{
-		OIDC:        brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{}),
-		Credentials: e.credentials(map[string]string{"ORDERS_PUSH_TOKEN": "legacy-token-123"}),
-	})
+	e := newEnvWith(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"),
+		map[string]string{"ORDERS_PUSH_TOKEN": "legacy-token-123"})
 	bearer := "Bearer " + iss.Token(t, iss.Claims(pushAudience, pushAccount))
 	for _, path := range []string{"/v1/push/pubsub/orders", "/v1/push/pubsub/orders?token=wrong", "/v1/push/pubsub/orders?token="} {
 		r, _ := e.pushWith(path, msg{ID: "m-1", Data: "x"}, bearer)

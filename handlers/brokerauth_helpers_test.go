@@ -6,62 +6,29 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"testing"
 
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
-	"github.com/ackgate/ackgate/config"
-	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // useAuth replaces the env's ingest server with one that authenticates with
-// auth (the same gate, routes and body limit). Subscriptions defaults to the
-// env's own Postgres log.
+// auth, around the same gate and with the same options otherwise. It is for
+// authenticators production never builds (none at all, say); settings and
+// secrets go through newEnvWith. Subscriptions defaults to the env's own
+// Postgres log.
 func (e *env) useAuth(auth handlers.BrokerAuth) {
 	e.t.Helper()
 	if auth.Subscriptions == nil {
-		auth.Subscriptions = storage.NewSubscriptions(e.pool)
+		auth.Subscriptions = e.gw.Subscriptions
 	}
+	o := e.gw.IngestOptions
+	o.Auth = auth
 	e.ingest.Close()
-	e.ingest = httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
-		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10, Auth: auth,
-		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		// Spans, so that a delivery's trace (the publisher's, when the
-		// message carries one) is recorded with its operation.
-		Tracer: sdktrace.NewTracerProvider().Tracer("handlers"), Propagators: propagation.TraceContext{},
-	}))
+	e.ingest = httptest.NewServer(handlers.NewIngest(o))
 	e.t.Cleanup(e.ingest.Close)
-}
-
-// snsVerifier trusts prefixes (the local SNS stand-in's) besides real SNS.
-func snsVerifier(t *testing.T, prefixes ...string) *brokerauth.SNSVerifier {
-	t.Helper()
-	v, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{TrustedURLPrefixes: prefixes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// credentials resolves the env's routes' secrets from vars.
-func (e *env) credentials(vars map[string]string) map[string]brokerauth.Credentials {
-	e.t.Helper()
-	routes := make([]*gate.Route, 0, len(e.routes))
-	for _, r := range e.routes {
-		routes = append(routes, r)
-	}
-	c, err := config.ResolveCredentials(routes, func(k string) string { return vars[k] })
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return c
 }
 
 // post sends body to path with headers and decodes the answer.
@@ -116,9 +83,9 @@ func (e *env) nothingRecorded(what string) {
 }
 
 // subscriptionEvents lists the route's recorded SNS subscription messages.
-func (e *env) subscriptionEvents(route string) []storage.SubscriptionEvent {
+func (e *env) subscriptionEvents(route string) []adminapi.SubscriptionEvent {
 	e.t.Helper()
-	ev, err := storage.NewSubscriptions(e.pool).List(context.Background(), route)
+	ev, err := e.gw.Subscriptions.List(context.Background(), route)
 	if err != nil {
 		e.t.Fatal(err)
 	}

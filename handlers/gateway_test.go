@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/testenv"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // A 2xx from the downstream becomes 204 only once effect_confirmed is
@@ -52,7 +52,7 @@ func TestConfirmedEffectAcksAfterCommittedEvidence(t *testing.T) {
 	}
 
 	// The admin API serves the same evidence with its completion statement.
-	var ev handlers.EvidenceRecord
+	var ev adminapi.EvidenceRecord
 	if code := e.adminGet("/v1/operations/"+id, &ev); code != http.StatusOK {
 		t.Fatalf("admin status %d", code)
 	}
@@ -76,7 +76,7 @@ func TestRedeliverAfterSuccessfulAcknowledgment(t *testing.T) {
 	if n := e.down.effectCalls.Load(); n != 1 {
 		t.Fatalf("downstream called %d times, want 1", n)
 	}
-	var rec *storage.Record
+	var rec *adminapi.Record
 	testenv.Eventually(t, 10*time.Second, func() bool { rec = e.record(id); return len(rec.Deliveries) == 2 },
 		func() string { return fmt.Sprintf("redelivery never recorded: %+v", rec.Deliveries) })
 	if d := rec.Deliveries[1]; d.Anomaly != "redelivered_after_ack" || d.Decision != gate.Ack {
@@ -156,7 +156,7 @@ func TestSameKeyChangedPayload(t *testing.T) {
 				after.Operation.Fingerprint != before.Operation.Fingerprint || after.Operation.State != gate.StateAcknowledged {
 				t.Fatalf("original changed: before %+v after %+v", before.Operation, after.Operation)
 			}
-			var list handlers.OperationList
+			var list adminapi.OperationList
 			e.adminGet("/v1/operations?state=conflicting&route="+route, &list)
 			if len(list.Operations) != 1 {
 				t.Fatalf("conflicting records = %+v", list.Operations)
@@ -305,7 +305,7 @@ func TestLostResponseAfterEffect(t *testing.T) {
 		if n := e.down.effectCalls.Load(); n != 1 {
 			t.Fatalf("unsafe downstream called %d times", n)
 		}
-		var list handlers.OperationList
+		var list adminapi.OperationList
 		e.adminGet("/v1/operations?state=effect_indeterminate", &list)
 		if len(list.Operations) != 1 || list.Operations[0].ID != rec.Operation.ID {
 			t.Fatalf("indeterminate lane = %+v", list.Operations)
@@ -409,7 +409,7 @@ func TestSendMalformedOrUnsupportedMessages(t *testing.T) {
 			t.Errorf("%s: answer %+v", tc.name, r.Body)
 		}
 	}
-	ops, _, err := e.ledger.List(context.Background(), storage.ListFilter{})
+	ops, _, err := e.ledger.List(context.Background(), adminapi.ListFilter{})
 	if err != nil || len(ops) != 0 {
 		t.Fatalf("bad input reached the ledger: %v %+v", err, ops)
 	}
@@ -466,7 +466,7 @@ func TestMessageWithoutUsableIdentityIsRejected(t *testing.T) {
 	if r.Body.Decision != gate.Reject || !strings.Contains(r.Body.Reason, "order_id") {
 		t.Fatalf("answer = %+v", r.Body)
 	}
-	ops, _, err := e.ledger.List(context.Background(), storage.ListFilter{})
+	ops, _, err := e.ledger.List(context.Background(), adminapi.ListFilter{})
 	if err != nil || len(ops) != 0 || e.down.effectCalls.Load() != 0 {
 		t.Fatalf("a message without identity left %d operations, %d downstream calls (%v)", len(ops), e.down.effectCalls.Load(), err)
 	}

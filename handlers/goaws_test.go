@@ -3,7 +3,6 @@ package handlers_test
 import (
 	"encoding/xml"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +15,10 @@ import (
 	goawsrouter "github.com/Admiral-Piett/goaws/app/router"
 	"github.com/sirupsen/logrus"
 
+	"github.com/ackgate/ackgate/adminapi"
+	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // startGoaws runs goaws, a third-party SNS implementation, in this process on
@@ -69,13 +69,16 @@ func snsAction(t *testing.T, base string, form url.Values) string {
 // a gateway without that setting refuses the same subscription.
 func TestGoawsSubscribePublishEndToEnd(t *testing.T) {
 	sns := startGoaws(t)
-	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", "")+snsRouteYAML("strict", "sns_signature", ""))
-	e.useAuth(handlers.BrokerAuth{SNS: snsVerifier(t, sns+"/")})
+	e := newEnvWith(t, false, snsRouteYAML("orders", "sns_signature", "")+snsRouteYAML("strict", "sns_signature", ""),
+		map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns + "/"})
 	// A second gateway on the same ledger with the default allow-list only.
-	strict := httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
-		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10, Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
-		Auth: handlers.BrokerAuth{SNS: snsVerifier(t), Subscriptions: storage.NewSubscriptions(e.pool)},
-	}))
+	strictSNS, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.gw.IngestOptions
+	o.Auth = handlers.BrokerAuth{SNS: strictSNS, Subscriptions: e.gw.Subscriptions}
+	strict := httptest.NewServer(handlers.NewIngest(o))
 	t.Cleanup(strict.Close)
 
 	arn := struct {
@@ -96,9 +99,9 @@ func TestGoawsSubscribePublishEndToEnd(t *testing.T) {
 		t.Fatalf("the gateway without the emulator setting acted on goaws's confirmation: %+v", ev)
 	}
 	subscribe(e.ingest.URL + "/v1/push/sns/orders")
-	var confirmed []storage.SubscriptionEvent
+	var confirmed []adminapi.SubscriptionEvent
 	waitFor(t, func() bool { confirmed = e.subscriptionEvents("orders"); return len(confirmed) == 1 })
-	if c := confirmed[0]; c.Outcome != storage.SubscriptionConfirmed || c.TopicArn != ordersTopic ||
+	if c := confirmed[0]; c.Outcome != adminapi.SubscriptionConfirmed || c.TopicArn != ordersTopic ||
 		c.MessageType != "SubscriptionConfirmation" || !strings.HasPrefix(c.SubscriptionArn, ordersTopic+":") {
 		t.Fatalf("subscription event = %+v", c)
 	}

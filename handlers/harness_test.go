@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -27,11 +27,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/config"
-	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/internal/wiring"
 	"github.com/ackgate/ackgate/storage"
 	"github.com/ackgate/ackgate/telemetry"
 )
@@ -189,14 +190,16 @@ func (e *effectServer) Keys() []string {
 	return append([]string(nil), e.keys...)
 }
 
-// env is one gateway wired to a fresh Postgres database, a private Redis and
-// a real downstream server.
+// env is one gateway, built by the same constructor as `gateway serve`
+// (package wiring), on a fresh Postgres database, a private Redis and a real
+// downstream server.
 type env struct {
 	t      testing.TB
 	dbURL  string
+	gw     *wiring.Gateway
 	pool   *pgxpool.Pool
 	ledger *storage.Ledger
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	down   *effectServer
 	gate   *gate.Gate
 	clock  *clock
@@ -235,6 +238,13 @@ func routeYAML(name, shape, deadLetter, extra string) string {
 
 func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	t.Helper()
+	return newEnvWith(t, dedupe, routesYAML, nil)
+}
+
+// newEnvWith is newEnv with more environment for the gateway: GATEWAY_*
+// settings, and the secrets its routes name.
+func newEnvWith(t testing.TB, dedupe bool, routesYAML string, vars map[string]string) *env {
+	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &testenv.SyncBuffer{}}
 	// Every test gateway is fully instrumented: spans into memory, metrics
@@ -252,17 +262,18 @@ func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	if err := storage.Migrate(ctx, e.dbURL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	pool, err := storage.OpenPool(ctx, e.dbURL, storage.WithTracing(tp))
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
+	environ := map[string]string{
+		"GATEWAY_DATABASE_URL":   e.dbURL,
+		"GATEWAY_REDIS_URL":      "redis://" + testenv.Redis(t),
+		"GATEWAY_ADMIN_TOKEN":    adminToken,
+		"GATEWAY_MAX_BODY_BYTES": "65536",
+		"GATEWAY_INSTANCE_ID":    "test",
 	}
-	t.Cleanup(pool.Close)
-	e.pool = pool
-	e.ledger = storage.NewLedger(pool)
-	e.rdb = redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	t.Cleanup(func() { e.rdb.Close() })
-	if err := redisotel.InstrumentTracing(e.rdb, redisotel.WithTracerProvider(tp)); err != nil {
-		t.Fatal(err)
+	maps.Copy(environ, vars)
+	getenv := func(k string) string { return environ[k] }
+	settings, err := config.LoadSettings(getenv)
+	if err != nil {
+		t.Fatalf("settings: %v", err)
 	}
 
 	yaml := strings.ReplaceAll("routes:\n"+routesYAML, "{{DOWN}}", e.down.URL())
@@ -274,34 +285,17 @@ func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	for _, r := range routes {
 		e.routes[r.Name] = r
 	}
-	err = tel.Metrics.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
-		counts, err := e.ledger.LaneCounts(ctx)
-		lanes := make([]telemetry.Lane, len(counts))
-		for i, c := range counts {
-			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
-		}
-		return lanes, err
+	gw, err := wiring.New(ctx, wiring.Options{
+		Settings: settings, Routes: routes, Getenv: getenv, Logger: log, Telemetry: tel, Now: e.clock.Now,
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("wiring: %v", err)
 	}
-	effects := downstream.New(downstream.Options{TracerProvider: tp, Propagators: tel.Propagators})
-	t.Cleanup(effects.CloseIdleConnections)
-	var n atomic.Int64
-	e.gate = &gate.Gate{
-		Ledger: e.ledger, Reservations: storage.NewReservations(e.rdb), Effects: effects,
-		Owner: "test", Now: e.clock.Now,
-		NewToken: func() string { return fmt.Sprint(n.Add(1)) },
-		Tracer:   tp.Tracer("gate"), Recorder: tel.Metrics,
-	}
-	e.ingest = httptest.NewServer(handlers.NewIngest(handlers.IngestOptions{
-		Gate: e.gate, Routes: e.routes, MaxBodyBytes: 64 << 10, Logger: log,
-		Tracer: tp.Tracer("handlers"), Propagators: tel.Propagators, Metrics: tel.Metrics,
-	}))
+	t.Cleanup(gw.Close)
+	e.gw, e.pool, e.ledger, e.rdb, e.gate = gw, gw.Pool, gw.Ledger, gw.Redis, gw.Gate
+	e.ingest = httptest.NewServer(gw.Ingest)
 	t.Cleanup(e.ingest.Close)
-	e.admin = httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
-		Token: adminToken, Evidence: e.ledger, Routes: routes, Logger: log, Metrics: tel.MetricsHandler,
-	}))
+	e.admin = httptest.NewServer(gw.Admin)
 	t.Cleanup(e.admin.Close)
 	return e
 }
@@ -368,7 +362,7 @@ func (e *env) opID(route string, m msg) string {
 	return id.OperationID
 }
 
-func (e *env) record(id string) *storage.Record {
+func (e *env) record(id string) *adminapi.Record {
 	e.t.Helper()
 	rec, err := e.ledger.Get(context.Background(), id)
 	if err != nil {
@@ -380,9 +374,9 @@ func (e *env) record(id string) *storage.Record {
 // waitState polls the ledger until the operation reaches want: post-ack
 // bookkeeping runs after the response, so tests wait for it instead of
 // assuming it already happened.
-func (e *env) waitState(id string, want gate.State) *storage.Record {
+func (e *env) waitState(id string, want gate.State) *adminapi.Record {
 	e.t.Helper()
-	var rec *storage.Record
+	var rec *adminapi.Record
 	testenv.Eventually(e.t, 10*time.Second, func() bool { rec = e.record(id); return rec.Operation.State == want },
 		func() string { return fmt.Sprintf("operation %s stayed %s, want %s", id, rec.Operation.State, want) })
 	return rec
@@ -405,7 +399,7 @@ func (e *env) adminGet(path string, v any) int {
 	return resp.StatusCode
 }
 
-func states(rec *storage.Record) []gate.State {
+func states(rec *adminapi.Record) []gate.State {
 	var out []gate.State
 	for _, ev := range rec.Events {
 		out = append(out, ev.To)

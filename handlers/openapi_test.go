@@ -22,11 +22,11 @@ import (
 	valerrors "github.com/pb33f/libopenapi-validator/errors"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/authtest"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // openapi.yaml describes both listeners. These tests hold the routers to it
@@ -509,9 +509,9 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 	push("ledgered", msg{ID: "m-cf", Data: "b"})
 
 	ids := []string{e.opID("orders", acked), e.opID("orders", pending), e.opID("fragile", lost), e.opID("checked", looked)}
-	var conflicts handlers.OperationList
+	var conflicts adminapi.OperationList
 	raw := admin("/v1/operations?state=conflicting&route=ledgered", http.StatusOK)
-	conflicts = decode[handlers.OperationList](t, raw)
+	conflicts = decode[adminapi.OperationList](t, raw)
 	if len(conflicts.Operations) != 1 {
 		t.Fatalf("conflict records = %+v", conflicts.Operations)
 	}
@@ -519,7 +519,7 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 
 	seen := map[gate.State]bool{}
 	for _, id := range ids {
-		rec := decode[handlers.EvidenceRecord](t, admin("/v1/operations/"+id, http.StatusOK))
+		rec := decode[adminapi.EvidenceRecord](t, admin("/v1/operations/"+id, http.StatusOK))
 		if rec.Operation.ID != id || len(rec.Transitions) == 0 || rec.Statement == "" || rec.Contract == nil {
 			t.Errorf("record %s incomplete: %+v", id, rec)
 		}
@@ -532,19 +532,19 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 	}
 
 	// Lists: filters, a full page with its cursor, the page after it.
-	first := decode[handlers.OperationList](t, admin("/v1/operations?limit=2", http.StatusOK))
+	first := decode[adminapi.OperationList](t, admin("/v1/operations?limit=2", http.StatusOK))
 	if len(first.Operations) != 2 || first.NextCursor == "" {
 		t.Fatalf("first page = %d operations, cursor %q", len(first.Operations), first.NextCursor)
 	}
 	admin("/v1/operations?limit=500&cursor="+first.NextCursor, http.StatusOK)
-	list := decode[handlers.OperationList](t, admin("/v1/operations?message_id=m-acked&route=orders", http.StatusOK))
+	list := decode[adminapi.OperationList](t, admin("/v1/operations?message_id=m-acked&route=orders", http.StatusOK))
 	if len(list.Operations) != 1 || list.NextCursor != "" {
 		t.Errorf("by message id: %+v", list)
 	}
 	admin("/v1/operations?key=m-acked&state=acknowledged", http.StatusOK)
 
 	// Route contracts.
-	routes := decode[handlers.RouteList](t, admin("/v1/routes", http.StatusOK))
+	routes := decode[adminapi.RouteList](t, admin("/v1/routes", http.StatusOK))
 	if len(routes.Routes) != 4 {
 		t.Errorf("route list has %d routes, want 4", len(routes.Routes))
 	}
@@ -598,12 +598,9 @@ func TestOpenAPIAdminRefusals(t *testing.T) {
 func TestOpenAPISNSAnswers(t *testing.T) {
 	t.Parallel()
 	sns := authtest.NewSNS(t)
-	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", "")+
-		snsRouteYAML("raw", "basic", "    raw_delivery: true\n    basic_auth:\n      username_env: SNS_USER\n      password_env: SNS_PASSWORD\n"))
-	e.useAuth(handlers.BrokerAuth{
-		SNS:         snsVerifier(t, sns.Prefix()),
-		Credentials: e.credentials(map[string]string{"SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"}),
-	})
+	e := newEnvWith(t, false, snsRouteYAML("orders", "sns_signature", "")+
+		snsRouteYAML("raw", "basic", "    raw_delivery: true\n    basic_auth:\n      username_env: SNS_USER\n      password_env: SNS_PASSWORD\n"),
+		map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix(), "SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"})
 	c := &specClient{t: t, v: newSpecValidator(t)}
 	post := func(route string, m *brokerauth.SNSMessage, body []byte, want int, extra map[string]string) handlers.AnswerBody {
 		t.Helper()
@@ -673,11 +670,8 @@ func TestOpenAPISNSAnswers(t *testing.T) {
 func TestOpenAPIPushAuthAnswers(t *testing.T) {
 	t.Parallel()
 	iss := authtest.NewIssuer(t)
-	e := newEnv(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"))
-	e.useAuth(handlers.BrokerAuth{
-		OIDC:        brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{}),
-		Credentials: e.credentials(map[string]string{"ORDERS_PUSH_TOKEN": "push-token-0123456789"}),
-	})
+	e := newEnvWith(t, false, oidcRouteYAML(iss.JWKSURL(), "    verification_token_env: ORDERS_PUSH_TOKEN\n"),
+		map[string]string{"ORDERS_PUSH_TOKEN": "push-token-0123456789"})
 	c := &specClient{t: t, v: newSpecValidator(t)}
 	url := e.ingest.URL + "/v1/push/pubsub/orders"
 	good := iss.Token(t, iss.Claims(pushAudience, pushAccount))
@@ -704,11 +698,11 @@ func TestOpenAPIPushAuthAnswers(t *testing.T) {
 // brokenStore is an evidence store whose database is down.
 type brokenStore struct{}
 
-func (brokenStore) Get(context.Context, string) (*storage.Record, error) {
+func (brokenStore) Get(context.Context, string) (*adminapi.Record, error) {
 	return nil, errors.New("connection refused")
 }
 
-func (brokenStore) List(context.Context, storage.ListFilter) ([]gate.Operation, string, error) {
+func (brokenStore) List(context.Context, adminapi.ListFilter) ([]gate.Operation, string, error) {
 	return nil, "", errors.New("connection refused")
 }
 

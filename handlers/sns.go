@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/storage"
 )
 
 // SNS request headers.
@@ -175,36 +175,36 @@ func decodeSNSRaw(h http.Header, body []byte) (*gate.Message, error) {
 // answer that could not be recorded is a nack so that SNS sends it again.
 func (o *IngestOptions) snsSubscription(w http.ResponseWriter, r *http.Request, route *gate.Route, m *brokerauth.SNSMessage, arrived time.Time) {
 	ctx, span := o.startDelivery(r, gate.BrokerSNS, route, &gate.Message{Broker: gate.BrokerSNS, Source: m.TopicArn, MessageID: m.MessageID}, arrived)
-	ev := &storage.SubscriptionEvent{
+	ev := &adminapi.SubscriptionEvent{
 		Route: route.Name, TopicArn: m.TopicArn, MessageType: m.Type, MessageID: m.MessageID, ReceivedAt: arrived,
 	}
 	allowed := slices.Contains(route.Sources, m.TopicArn)
 	var out outcome
 	switch {
 	case m.Type == brokerauth.SNSUnsubscribeConfirmation:
-		ev.Outcome, ev.Reason = storage.SubscriptionRecorded, "recorded, not acted on"
+		ev.Outcome, ev.Reason = adminapi.SubscriptionRecorded, "recorded, not acted on"
 		out = outcome{decision: gate.Ack, reason: ev.Reason}
 		if !allowed {
 			out = fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
 		}
 	case !allowed:
-		ev.Outcome, ev.Reason = storage.SubscriptionRefused, "topic is not listed in the route's sources"
+		ev.Outcome, ev.Reason = adminapi.SubscriptionRefused, "topic is not listed in the route's sources"
 		out = fromRejection(&Rejection{Status: http.StatusForbidden, Reason: ev.Reason})
 	case o.Auth.SNS == nil:
-		ev.Outcome, ev.Reason = storage.SubscriptionConfirmFailed, "no SNS verifier is configured to confirm with"
+		ev.Outcome, ev.Reason = adminapi.SubscriptionConfirmFailed, "no SNS verifier is configured to confirm with"
 		out = outcome{decision: gate.Nack, reason: ev.Reason}
 	default:
 		arn, err := o.Auth.SNS.Confirm(ctx, m)
 		switch brokerauth.KindOf(err) {
 		case 0:
-			ev.Outcome, ev.SubscriptionArn = storage.SubscriptionConfirmed, arn
+			ev.Outcome, ev.SubscriptionArn = adminapi.SubscriptionConfirmed, arn
 			out = outcome{decision: gate.Ack, reason: "subscription confirmed"}
 		case brokerauth.Forbidden, brokerauth.Malformed:
-			ev.Outcome = storage.SubscriptionRefused
+			ev.Outcome = adminapi.SubscriptionRefused
 			out = fromAuth(err)
 			ev.Reason = out.reason
 		default:
-			ev.Outcome = storage.SubscriptionConfirmFailed
+			ev.Outcome = adminapi.SubscriptionConfirmFailed
 			out = fromAuth(err)
 			ev.Reason = out.reason
 			o.Logger.WarnContext(ctx, "subscription confirmation failed", "route", route.Name, "topic", m.TopicArn, "err", err)

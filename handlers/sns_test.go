@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/authtest"
-	"github.com/ackgate/ackgate/storage"
 )
 
 const (
@@ -33,9 +33,8 @@ func snsRouteYAML(name, auth, extra string) string {
 
 func newSNSEnv(t *testing.T, sns *authtest.SNS) *env {
 	t.Helper()
-	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", ""))
-	e.useAuth(handlers.BrokerAuth{SNS: snsVerifier(t, sns.Prefix())})
-	return e
+	return newEnvWith(t, false, snsRouteYAML("orders", "sns_signature", ""),
+		map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix()})
 }
 
 // A signed notification from a listed topic runs once and is acked; its
@@ -199,18 +198,18 @@ func TestSNSSubscriptionMessages(t *testing.T) {
 	var got []row
 	for _, ev := range e.subscriptionEvents("orders") {
 		got = append(got, row{ev.MessageType, ev.MessageID, ev.Outcome})
-		if ev.Outcome == storage.SubscriptionConfirmed && ev.SubscriptionArn != ordersTopic+":sub-1" {
+		if ev.Outcome == adminapi.SubscriptionConfirmed && ev.SubscriptionArn != ordersTopic+":sub-1" {
 			t.Errorf("confirmed without the subscription ARN: %+v", ev)
 		}
 	}
 	want := []row{
-		{"SubscriptionConfirmation", "c-1", storage.SubscriptionConfirmed},
-		{"SubscriptionConfirmation", "c-2", storage.SubscriptionRefused},
-		{"SubscriptionConfirmation", "c-3", storage.SubscriptionRefused},
-		{"UnsubscribeConfirmation", "u-1", storage.SubscriptionRecorded},
-		{"SubscriptionConfirmation", "c-4", storage.SubscriptionConfirmed},
-		{"SubscriptionConfirmation", "c-5", storage.SubscriptionConfirmFailed},
-		{"SubscriptionConfirmation", "c-5", storage.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-1", adminapi.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-2", adminapi.SubscriptionRefused},
+		{"SubscriptionConfirmation", "c-3", adminapi.SubscriptionRefused},
+		{"UnsubscribeConfirmation", "u-1", adminapi.SubscriptionRecorded},
+		{"SubscriptionConfirmation", "c-4", adminapi.SubscriptionConfirmed},
+		{"SubscriptionConfirmation", "c-5", adminapi.SubscriptionConfirmFailed},
+		{"SubscriptionConfirmation", "c-5", adminapi.SubscriptionConfirmed},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("recorded %v, want %v", got, want)
@@ -228,15 +227,11 @@ func TestSNSSubscriptionMessages(t *testing.T) {
 func TestSNSRawDeliveryWithBasicCredentials(t *testing.T) {
 	t.Parallel()
 	sns := authtest.NewSNS(t)
-	e := newEnv(t, false, snsRouteYAML("raw", "basic", `    raw_delivery: true
+	e := newEnvWith(t, false, snsRouteYAML("raw", "basic", `    raw_delivery: true
     basic_auth:
       username_env: SNS_USER
       password_env: SNS_PASSWORD
-`))
-	e.useAuth(handlers.BrokerAuth{
-		SNS:         snsVerifier(t, sns.Prefix()),
-		Credentials: e.credentials(map[string]string{"SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"}),
-	})
+`), map[string]string{"GATEWAY_SNS_TRUSTED_URL_PREFIXES": sns.Prefix(), "SNS_USER": "sns", "SNS_PASSWORD": "s3cret-pw"})
 	raw := func(id, topic, auth string) (reply, http.Header) {
 		h := map[string]string{
 			"X-Amz-Sns-Message-Type": "Notification", "X-Amz-Sns-Message-Id": id,

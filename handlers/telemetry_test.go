@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/handlers"
 	"github.com/ackgate/ackgate/internal/testenv"
 )
 
@@ -112,7 +112,7 @@ func TestOneTraceFromPushToDownstream(t *testing.T) {
 	if rec.Operation.TraceID != tid.String() || rec.Deliveries[0].TraceID != tid.String() {
 		t.Fatalf("ledger trace ids %q / %q, want %s", rec.Operation.TraceID, rec.Deliveries[0].TraceID, tid)
 	}
-	var ev handlers.EvidenceRecord
+	var ev adminapi.EvidenceRecord
 	e.adminGet("/v1/operations/"+rec.Operation.ID, &ev)
 	if ev.Evidence.TraceID != tid.String() {
 		t.Fatalf("evidence API trace id %q, want %s", ev.Evidence.TraceID, tid)

@@ -14,9 +14,6 @@ var (
 	// transition, a fence going backwards, a rewrite of history. It is a bug in
 	// the caller, never a condition to retry.
 	ErrRefused = errors.New("ledger refused the change")
-	// ErrInvalidFilter is a List filter the ledger cannot answer (unknown state,
-	// malformed cursor): the admin API's client is at fault.
-	ErrInvalidFilter = errors.New("invalid filter")
 )
 
 // translate is the one place that turns Postgres errors into the sentinels the

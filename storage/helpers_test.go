@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
 	"github.com/ackgate/ackgate/storage"
@@ -165,7 +166,7 @@ func mustFind(t *testing.T, l *storage.Ledger, scopeKey string) *gate.Operation 
 	return op
 }
 
-func mustGet(t *testing.T, l *storage.Ledger, id string) *storage.Record {
+func mustGet(t *testing.T, l *storage.Ledger, id string) *adminapi.Record {
 	t.Helper()
 	rec, err := l.Get(context.Background(), id)
 	if err != nil {

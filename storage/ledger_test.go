@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/storage"
 )
@@ -498,7 +499,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	var paged []string
 	cursor, pages := "", 0
 	for {
-		ops, next, err := l.List(ctx, storage.ListFilter{Limit: 5, Cursor: cursor})
+		ops, next, err := l.List(ctx, adminapi.ListFilter{Limit: 5, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -515,7 +516,7 @@ func TestListFiltersAndPages(t *testing.T) {
 		t.Fatalf("paged in %d pages: %v\nwant 3 pages of %v", pages, paged, newestFirst)
 	}
 
-	count := func(f storage.ListFilter) []string {
+	count := func(f adminapi.ListFilter) []string {
 		t.Helper()
 		ops, next, err := l.List(ctx, f)
 		if err != nil {
@@ -530,27 +531,27 @@ func TestListFiltersAndPages(t *testing.T) {
 		}
 		return ids
 	}
-	if got := count(storage.ListFilter{Route: "refunds"}); fmt.Sprint(got) != "[op_list-09 op_list-06 op_list-03 op_list-00]" {
+	if got := count(adminapi.ListFilter{Route: "refunds"}); fmt.Sprint(got) != "[op_list-09 op_list-06 op_list-03 op_list-00]" {
 		t.Errorf("route filter: %v", got)
 	}
-	if got := count(storage.ListFilter{Route: "orders", State: string(gate.StateTerminalFailure)}); len(got) != 0 {
+	if got := count(adminapi.ListFilter{Route: "orders", State: string(gate.StateTerminalFailure)}); len(got) != 0 {
 		t.Errorf("route+state filter: %v, want none", got)
 	}
-	if got := count(storage.ListFilter{State: string(gate.StatePendingEffect)}); len(got) != 8 {
+	if got := count(adminapi.ListFilter{State: string(gate.StatePendingEffect)}); len(got) != 8 {
 		t.Errorf("state filter: %d operations, want 8", len(got))
 	}
-	if got := count(storage.ListFilter{MessageID: "msg-04"}); fmt.Sprint(got) != "[op_list-04]" {
+	if got := count(adminapi.ListFilter{MessageID: "msg-04"}); fmt.Sprint(got) != "[op_list-04]" {
 		t.Errorf("message id filter: %v", got)
 	}
-	if got := count(storage.ListFilter{Key: "list-07"}); fmt.Sprint(got) != "[op_list-07]" {
+	if got := count(adminapi.ListFilter{Key: "list-07"}); fmt.Sprint(got) != "[op_list-07]" {
 		t.Errorf("key filter: %v", got)
 	}
-	if got := count(storage.ListFilter{Limit: 1000}); len(got) != 12 {
+	if got := count(adminapi.ListFilter{Limit: 1000}); len(got) != 12 {
 		t.Errorf("limit above the cap: %d operations", len(got))
 	}
 
-	for _, bad := range []storage.ListFilter{{State: "processed"}, {Cursor: "%%%"}, {Cursor: "bm9jb2xvbg"}} {
-		if _, _, err := l.List(ctx, bad); !errors.Is(err, storage.ErrInvalidFilter) {
+	for _, bad := range []adminapi.ListFilter{{State: "processed"}, {Cursor: "%%%"}, {Cursor: "bm9jb2xvbg"}} {
+		if _, _, err := l.List(ctx, bad); !errors.Is(err, adminapi.ErrInvalidFilter) {
 			t.Errorf("List(%+v): %v, want ErrInvalidFilter", bad, err)
 		}
 	}
@@ -567,11 +568,11 @@ func TestListLimitDefaultsAndCaps(t *testing.T) {
 	if n := countRows(t, pool, `SELECT count(*) FROM operations`); n != 501 {
 		t.Fatalf("%d operations", n)
 	}
-	ops, next, err := l.List(ctx, storage.ListFilter{})
+	ops, next, err := l.List(ctx, adminapi.ListFilter{})
 	if err != nil || len(ops) != 50 || next == "" {
 		t.Fatalf("default page: %d operations, next %q, %v", len(ops), next, err)
 	}
-	ops, next, err = l.List(ctx, storage.ListFilter{Limit: 10_000})
+	ops, next, err = l.List(ctx, adminapi.ListFilter{Limit: 10_000})
 	if err != nil || len(ops) != 500 || next == "" {
 		t.Fatalf("capped page: %d operations, next %q, %v", len(ops), next, err)
 	}

@@ -8,40 +8,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/jackc/pgx/v5"
 )
 
-// Record is an operation's whole evidence: what the admin API shows.
-type Record struct {
-	gate.Operation
-	Deliveries []gate.Delivery `json:"deliveries"`
-	Attempts   []gate.Attempt  `json:"attempts"`
-	Events     []Event         `json:"events"`
-	// DeadLetters has at most one entry: a message leaves circulation once.
-	DeadLetters []gate.DeadLetter `json:"dead_letters"`
-}
-
-// Event is one entry of an operation's transition log.
-type Event struct {
-	Seq int `json:"seq"`
-	// From is "" for the entry that created the record.
-	From      gate.State `json:"from,omitempty"`
-	To        gate.State `json:"to"`
-	At        time.Time  `json:"at"`
-	Fence     int64      `json:"fence"`
-	MessageID string     `json:"message_id,omitempty"`
-	Reason    string     `json:"reason,omitempty"`
-}
-
 // Get returns the record of an operation or conflict record by id, or
 // gate.ErrNotFound. Its parts are read in one repeatable-read snapshot, so the
 // counts on the operation agree with the rows listed.
-func (l *Ledger) Get(ctx context.Context, id string) (*Record, error) {
-	rec := &Record{
+func (l *Ledger) Get(ctx context.Context, id string) (*adminapi.Record, error) {
+	rec := &adminapi.Record{
 		Deliveries:  []gate.Delivery{},
 		Attempts:    []gate.Attempt{},
-		Events:      []Event{},
+		Events:      []adminapi.Event{},
 		DeadLetters: []gate.DeadLetter{},
 	}
 	b := &pgx.Batch{}
@@ -73,7 +52,7 @@ func (l *Ledger) Get(ctx context.Context, id string) (*Record, error) {
 		FROM transitions WHERE operation_id = $1 ORDER BY seq`, id).
 		Query(func(rows pgx.Rows) error {
 			var err error
-			rec.Events, err = collect(rows, rec.Events, func(e *Event) []any {
+			rec.Events, err = collect(rows, rec.Events, func(e *adminapi.Event) []any {
 				return []any{&e.Seq, &e.From, &e.To, &e.At, &e.Fence, &e.MessageID, &e.Reason}
 			})
 			return err
@@ -119,19 +98,6 @@ func collect[T any](rows pgx.Rows, out []T, fields func(*T) []any) ([]T, error) 
 	return out, rows.Err()
 }
 
-// ListFilter selects operations for the admin API. Empty fields match all.
-type ListFilter struct {
-	Route string
-	State string
-	// MessageID matches any delivery of the operation.
-	MessageID string
-	Key       string
-	// Limit defaults to 50 and is capped at 500.
-	Limit int
-	// Cursor is the nextCursor of the previous page; "" starts from the newest.
-	Cursor string
-}
-
 const (
 	defaultListLimit = 50
 	maxListLimit     = 500
@@ -140,7 +106,7 @@ const (
 // List returns operations and conflict records, newest first, with a cursor
 // for the next page ("" when there is none). Paging is keyset on (created_at,
 // id), so pages stay stable while new operations arrive.
-func (l *Ledger) List(ctx context.Context, f ListFilter) ([]gate.Operation, string, error) {
+func (l *Ledger) List(ctx context.Context, f adminapi.ListFilter) ([]gate.Operation, string, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
@@ -163,7 +129,7 @@ func (l *Ledger) List(ctx context.Context, f ListFilter) ([]gate.Operation, stri
 	}
 	if f.State != "" {
 		if !gate.State(f.State).Valid() {
-			return nil, "", fmt.Errorf("storage: list: %w: unknown state %q", ErrInvalidFilter, f.State)
+			return nil, "", fmt.Errorf("storage: list: %w: unknown state %q", adminapi.ErrInvalidFilter, f.State)
 		}
 		cond("o.state = $?", f.State)
 	}
@@ -176,7 +142,7 @@ func (l *Ledger) List(ctx context.Context, f ListFilter) ([]gate.Operation, stri
 	if f.Cursor != "" {
 		at, id, err := decodeCursor(f.Cursor)
 		if err != nil {
-			return nil, "", fmt.Errorf("storage: list: %w: %v", ErrInvalidFilter, err)
+			return nil, "", fmt.Errorf("storage: list: %w: %v", adminapi.ErrInvalidFilter, err)
 		}
 		cond("(o.created_at, o.id) < ($?, $?)", at, id)
 	}

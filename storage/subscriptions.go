@@ -2,39 +2,11 @@ package storage
 
 import (
 	"context"
-	"time"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// Outcomes of an SNS subscription message.
-const (
-	// SubscriptionConfirmed: the SubscribeURL was requested and answered 2xx.
-	SubscriptionConfirmed = "confirmed"
-	// SubscriptionRefused: the topic is not one the route accepts; nothing
-	// was requested.
-	SubscriptionRefused = "refused"
-	// SubscriptionConfirmFailed: the confirmation could not be made now; SNS
-	// is told to send it again.
-	SubscriptionConfirmFailed = "confirm_failed"
-	// SubscriptionRecorded: an unsubscribe confirmation, kept and not acted on.
-	SubscriptionRecorded = "recorded"
-)
-
-// SubscriptionEvent is one SNS SubscriptionConfirmation or
-// UnsubscribeConfirmation and what the gateway did with it.
-type SubscriptionEvent struct {
-	ID              int64     `json:"id"`
-	Route           string    `json:"route"`
-	TopicArn        string    `json:"topic_arn"`
-	MessageType     string    `json:"message_type"`
-	MessageID       string    `json:"message_id"`
-	Outcome         string    `json:"outcome"`
-	Reason          string    `json:"reason,omitempty"`
-	SubscriptionArn string    `json:"subscription_arn,omitempty"`
-	ReceivedAt      time.Time `json:"received_at"`
-}
 
 // Subscriptions is the Postgres log of SNS subscription messages.
 type Subscriptions struct {
@@ -45,7 +17,7 @@ type Subscriptions struct {
 func NewSubscriptions(pool *pgxpool.Pool) *Subscriptions { return &Subscriptions{pool: pool} }
 
 // Record appends e, one round trip and one commit, and sets e.ID.
-func (s *Subscriptions) Record(ctx context.Context, e *SubscriptionEvent) error {
+func (s *Subscriptions) Record(ctx context.Context, e *adminapi.SubscriptionEvent) error {
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO sns_subscription_events
 			(route, topic_arn, message_type, message_id, outcome, reason, subscription_arn, received_at)
@@ -57,15 +29,15 @@ func (s *Subscriptions) Record(ctx context.Context, e *SubscriptionEvent) error 
 }
 
 // List returns a route's subscription events, oldest first.
-func (s *Subscriptions) List(ctx context.Context, route string) ([]SubscriptionEvent, error) {
+func (s *Subscriptions) List(ctx context.Context, route string) ([]adminapi.SubscriptionEvent, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, route, topic_arn, message_type, message_id, outcome, reason, subscription_arn, received_at
 		FROM sns_subscription_events WHERE route = $1 ORDER BY id`, route)
 	if err != nil {
 		return nil, translate("list subscription events", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionEvent, error) {
-		var e SubscriptionEvent
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (adminapi.SubscriptionEvent, error) {
+		var e adminapi.SubscriptionEvent
 		err := r.Scan(&e.ID, &e.Route, &e.TopicArn, &e.MessageType, &e.MessageID, &e.Outcome, &e.Reason,
 			&e.SubscriptionArn, &e.ReceivedAt)
 		return e, err

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/adminapi"
 )
 
 // ops is the operator's side of the admin API: "what happened to message X?"
@@ -105,7 +105,7 @@ func opsShow(ctx context.Context, c *adminClient, args []string, stdout io.Write
 	if fs.NArg() != 1 {
 		return errors.New("ops show: want exactly one operation id")
 	}
-	var rec handlers.EvidenceRecord
+	var rec adminapi.EvidenceRecord
 	if err := c.get(ctx, "/v1/operations/"+url.PathEscape(fs.Arg(0)), nil, &rec); err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func opsList(ctx context.Context, c *adminClient, args []string, stdout io.Write
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var list handlers.OperationList
+	var list adminapi.OperationList
 	if err := c.get(ctx, "/v1/operations", q, &list); err != nil {
 		return err
 	}

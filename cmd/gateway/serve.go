@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,13 +10,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/redis/go-redis/extra/redisotel/v9"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ackgate/ackgate/config"
-	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
-	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/wiring"
 	"github.com/ackgate/ackgate/storage"
 	"github.com/ackgate/ackgate/telemetry"
 )
@@ -76,6 +70,8 @@ func help(args []string, stdout io.Writer) error {
 	return err
 }
 
+// serve runs the gateway until ctx ends: settings and routes, logging and
+// telemetry, the gateway itself (package wiring), then the two listeners.
 func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
 	s, routes, err := loadConfig(getenv)
 	if err != nil {
@@ -100,96 +96,49 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		}
 	}()
 
-	pool, err := storage.OpenPool(ctx, s.DatabaseURL, storage.WithTracing(tel.TracerProvider))
+	gw, err := wiring.New(ctx, wiring.Options{Settings: s, Routes: routes, Getenv: getenv, Logger: log, Telemetry: tel})
 	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
+		return err
 	}
-	defer pool.Close()
-	ropts, err := s.RedisOptions()
-	if err != nil {
-		return fmt.Errorf("settings: %w", err)
-	}
-	rdb := redis.NewUniversalClient(ropts)
-	defer rdb.Close()
-	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tel.TracerProvider)); err != nil {
-		return fmt.Errorf("redis tracing: %w", err)
-	}
+	defer gw.Close()
 
-	ledger := storage.NewLedger(pool)
-	err = tel.Metrics.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
-		counts, err := ledger.LaneCounts(ctx)
-		lanes := make([]telemetry.Lane, len(counts))
-		for i, c := range counts {
-			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
-		}
-		return lanes, err
-	})
+	ingestLn, adminLn, err := listen(s)
 	if err != nil {
 		return err
-	}
-	effects := downstream.New(downstream.Options{TracerProvider: tel.TracerProvider, Propagators: tel.Propagators})
-	defer effects.CloseIdleConnections()
-	g := &gate.Gate{
-		Ledger: ledger, Reservations: storage.NewReservations(rdb), Effects: effects,
-		Owner: s.InstanceID, Now: time.Now, NewToken: token,
-		Tracer: tel.TracerProvider.Tracer("github.com/ackgate/ackgate/gate"), Recorder: tel.Metrics,
-	}
-	byName := make(map[string]*gate.Route, len(routes))
-	for _, r := range routes {
-		byName[r.Name] = r
-	}
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("postgres: %w", err)
-		}
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		current, err := storage.SchemaCurrent(ctx, pool)
-		if err != nil {
-			return fmt.Errorf("schema: %w", err)
-		}
-		if !current {
-			return errors.New("schema: migrations pending (run gateway migrate)")
-		}
-		return nil
-	}
-	auth, err := brokerAuth(s, routes, getenv, pool, log)
-	if err != nil {
-		return err
-	}
-	ingest := &http.Server{
-		Handler: handlers.NewIngest(handlers.IngestOptions{
-			Gate: g, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: ready, Logger: log, Auth: auth,
-			Tracer:      tel.TracerProvider.Tracer("github.com/ackgate/ackgate/handlers"),
-			Propagators: tel.Propagators, Metrics: tel.Metrics,
-		}),
-		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
-		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	admin := &http.Server{
-		Handler: handlers.NewAdmin(handlers.AdminOptions{
-			Token: s.AdminToken, Evidence: ledger, Routes: routes, Logger: log,
-			Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken,
-		}),
-		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
-		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ingestLn, err := net.Listen("tcp", s.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("ingest listener: %w", err)
-	}
-	adminLn, err := net.Listen("tcp", s.AdminAddr)
-	if err != nil {
-		ingestLn.Close()
-		return fmt.Errorf("admin listener: %w", err)
 	}
 	log.Info("gateway serving", "ingest", ingestLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"routes", len(routes), "instance", s.InstanceID)
 	fmt.Fprintf(stdout, "ingest %s admin %s\n", ingestLn.Addr(), adminLn.Addr())
+	return serveListeners(ctx, s, log, newServer(s, gw.Ingest, log), ingestLn, newServer(s, gw.Admin, log), adminLn)
+}
 
+// listen opens both listeners, or neither.
+func listen(s config.Settings) (ingest, admin net.Listener, err error) {
+	ingest, err = net.Listen("tcp", s.ListenAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ingest listener: %w", err)
+	}
+	admin, err = net.Listen("tcp", s.AdminAddr)
+	if err != nil {
+		ingest.Close()
+		return nil, nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return ingest, admin, nil
+}
+
+// newServer puts h behind the settings' limits: timeouts and header size.
+func newServer(s config.Settings, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// serveListeners serves until ctx ends or a listener fails, then shuts both
+// servers down.
+func serveListeners(ctx context.Context, s config.Settings, log *slog.Logger, ingest *http.Server, ingestLn net.Listener, admin *http.Server, adminLn net.Listener) error {
 	errc := make(chan error, 2)
 	go func() { errc <- ingest.Serve(ingestLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()
@@ -209,7 +158,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	log.Info("shutting down", "deadline", s.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ShutdownTimeout)
 	defer cancel()
-	err = ingest.Shutdown(sctx)
+	err := ingest.Shutdown(sctx)
 	if err != nil {
 		ingest.Close()
 	}
@@ -217,11 +166,4 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		admin.Close()
 	}
 	return err
-}
-
-// token is a fresh random owner token for one delivery's lease.
-func token() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

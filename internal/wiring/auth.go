@@ -1,4 +1,4 @@
-package main
+package wiring
 
 import (
 	"fmt"
@@ -8,15 +8,13 @@ import (
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
-	"github.com/ackgate/ackgate/storage"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // brokerAuth builds the ingest listener's authenticators: the routes' shared
-// secrets, read once here from the environment variables the routes name;
-// one SNS verifier and one OIDC verifier for the process; and the log of SNS
-// subscription messages.
-func brokerAuth(s config.Settings, routes []*gate.Route, getenv func(string) string, pool *pgxpool.Pool, log *slog.Logger) (handlers.BrokerAuth, error) {
+// secrets, read once here through getenv from the variables the routes name;
+// one SNS verifier and one OIDC verifier for the process. The caller adds the
+// log of SNS subscription messages once the pool is open.
+func brokerAuth(s config.Settings, routes []*gate.Route, getenv func(string) string, log *slog.Logger) (handlers.BrokerAuth, error) {
 	creds, err := config.ResolveCredentials(routes, getenv)
 	if err != nil {
 		return handlers.BrokerAuth{}, fmt.Errorf("routes: %w", err)
@@ -30,9 +28,8 @@ func brokerAuth(s config.Settings, routes []*gate.Route, getenv func(string) str
 			"prefixes", s.SNSTrustedURLPrefixes)
 	}
 	return handlers.BrokerAuth{
-		OIDC:          brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{DefaultJWKSURL: s.OIDCJWKSURL}),
-		SNS:           sns,
-		Credentials:   creds,
-		Subscriptions: storage.NewSubscriptions(pool),
+		OIDC:        brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{DefaultJWKSURL: s.OIDCJWKSURL}),
+		SNS:         sns,
+		Credentials: creds,
 	}, nil
 }

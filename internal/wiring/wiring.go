@@ -1,0 +1,204 @@
+// Package wiring builds a gateway from its settings and routes: the Postgres
+// pool and ledger, the Redis client and reservations, the effects client, the
+// gate, broker authentication, and the ingest and admin handlers.
+//
+// It exists so that there is one construction path. `gateway serve` runs it,
+// and so do the HTTP tests, which therefore exercise the wiring production
+// uses rather than a copy of it that can drift. It is also where the adapters
+// meet the ports their consumers declare (see the checks below): storage,
+// downstream and handlers never import one another.
+package wiring
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/downstream"
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
+)
+
+// storage cannot state that it satisfies the interfaces handlers declares
+// without importing handlers, so the package that joins them states it.
+var (
+	_ handlers.EvidenceStore   = (*storage.Ledger)(nil)
+	_ handlers.SubscriptionLog = (*storage.Subscriptions)(nil)
+	_ handlers.Deliverer       = (*gate.Gate)(nil)
+)
+
+// Options is what New takes from its caller; everything else is built from it.
+type Options struct {
+	Settings config.Settings
+	Routes   []*gate.Route
+	// Getenv supplies the secrets the routes name (verification tokens, basic
+	// credentials); nil supplies none. A missing secret fails New: a route
+	// must not start without the credential it says it checks.
+	Getenv func(string) string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Telemetry supplies the tracer provider, propagators and instruments.
+	// It belongs to the caller, which shuts it down after Close.
+	Telemetry *telemetry.Telemetry
+	// Now is the gate's clock; nil means time.Now. Tests move it to cross a
+	// dedupe window without waiting.
+	Now func() time.Time
+}
+
+// Gateway is an assembled gateway: the two listeners' handlers and the parts
+// behind them, which tests read directly (the ledger's rows, Redis's keys).
+type Gateway struct {
+	Ingest http.Handler
+	Admin  http.Handler
+	// IngestOptions is what Ingest was built from, so that a variant (other
+	// authenticators) can be built around the same gate.
+	IngestOptions handlers.IngestOptions
+
+	Gate          *gate.Gate
+	Ledger        *storage.Ledger
+	Subscriptions *storage.Subscriptions
+	Pool          *pgxpool.Pool
+	Redis         redis.UniversalClient
+
+	effects *downstream.Client
+}
+
+// Instrumentation scopes of the spans the gateway's own packages start.
+const (
+	gateTracer     = "github.com/ackgate/ackgate/gate"
+	handlersTracer = "github.com/ackgate/ackgate/handlers"
+)
+
+// New connects to Postgres and Redis and builds the gateway on them. The
+// schema is not migrated here (that is `gateway migrate`); Ready reports it.
+// Close releases what New opened, also when New fails half-way.
+func New(ctx context.Context, o Options) (_ *Gateway, err error) {
+	if o.Telemetry == nil {
+		return nil, errors.New("wiring: Telemetry is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	s, tel, log := o.Settings, o.Telemetry, o.Logger
+	// Secrets and settings first: a start that cannot succeed should not
+	// open connections before it says so.
+	auth, err := brokerAuth(s, o.Routes, o.Getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	ropts, err := s.RedisOptions()
+	if err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+
+	g := &Gateway{}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	if g.Pool, err = storage.OpenPool(ctx, s.DatabaseURL, storage.WithTracing(tel.TracerProvider)); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	g.Redis = redis.NewUniversalClient(ropts)
+	if err = redisotel.InstrumentTracing(g.Redis, redisotel.WithTracerProvider(tel.TracerProvider)); err != nil {
+		return nil, fmt.Errorf("redis tracing: %w", err)
+	}
+	g.Ledger = storage.NewLedger(g.Pool)
+	g.Subscriptions = storage.NewSubscriptions(g.Pool)
+	if err = observeLanes(tel.Metrics, o.Routes, g.Ledger); err != nil {
+		return nil, err
+	}
+	g.effects = downstream.New(downstream.Options{TracerProvider: tel.TracerProvider, Propagators: tel.Propagators})
+	g.Gate = &gate.Gate{
+		Ledger: g.Ledger, Reservations: storage.NewReservations(g.Redis), Effects: g.effects,
+		Owner: s.InstanceID, Now: o.Now, NewToken: token,
+		Tracer: tel.TracerProvider.Tracer(gateTracer), Recorder: tel.Metrics,
+	}
+
+	byName := make(map[string]*gate.Route, len(o.Routes))
+	for _, r := range o.Routes {
+		byName[r.Name] = r
+	}
+	auth.Subscriptions = g.Subscriptions
+	g.IngestOptions = handlers.IngestOptions{
+		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
+		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
+	}
+	g.Ingest = handlers.NewIngest(g.IngestOptions)
+	g.Admin = handlers.NewAdmin(handlers.AdminOptions{
+		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
+		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken,
+	})
+	return g, nil
+}
+
+// Ready reports whether Postgres and Redis answer and the ledger's schema is
+// current; it backs the ingest listener's /readyz.
+func (g *Gateway) Ready(ctx context.Context) error {
+	if err := g.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if err := g.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	current, err := storage.SchemaCurrent(ctx, g.Pool)
+	if err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	if !current {
+		return errors.New("schema: migrations pending (run gateway migrate)")
+	}
+	return nil
+}
+
+// Close releases the connections. Call it once the listeners have stopped:
+// deliveries still running would lose their ledger and Redis.
+func (g *Gateway) Close() {
+	if g.effects != nil {
+		g.effects.CloseIdleConnections()
+	}
+	if g.Redis != nil {
+		g.Redis.Close()
+	}
+	if g.Pool != nil {
+		g.Pool.Close()
+	}
+}
+
+// observeLanes feeds the lane gauges from the ledger, read at scrape time.
+func observeLanes(m *telemetry.Metrics, routes []*gate.Route, ledger *storage.Ledger) error {
+	return m.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
+		counts, err := ledger.LaneCounts(ctx)
+		lanes := make([]telemetry.Lane, len(counts))
+		for i, c := range counts {
+			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
+		}
+		return lanes, err
+	})
+}
+
+// token is a fresh random owner token for one delivery's lease.
+func token() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,107 @@
+package wiring_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/internal/wiring"
+	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
+)
+
+const routesYAML = `routes:
+  - name: orders
+    broker: pubsub
+    auth: none
+    shape: unsafe
+    effect:
+      url: http://127.0.0.1:1/effects
+  - name: guarded
+    broker: pubsub
+    auth: none
+    verification_token_env: GUARDED_TOKEN
+    shape: unsafe
+    effect:
+      url: http://127.0.0.1:1/effects
+`
+
+func options(t *testing.T, vars map[string]string) wiring.Options {
+	t.Helper()
+	getenv := func(k string) string { return vars[k] }
+	s, err := config.LoadSettings(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := config.ParseRoutes([]byte(routesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, err := telemetry.WithPrometheus(sdktrace.NewTracerProvider(), resource.Empty())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wiring.Options{Settings: s, Routes: routes, Getenv: getenv, Telemetry: tel}
+}
+
+// A route's missing secret stops New before it connects anywhere: the
+// database here does not exist, and the error is still the secret's.
+func TestNewChecksSecretsBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	o := options(t, map[string]string{"GATEWAY_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"})
+	gw, err := wiring.New(context.Background(), o)
+	if err == nil {
+		gw.Close()
+		t.Fatal("New succeeded without the route's verification token")
+	}
+	if !strings.Contains(err.Error(), `route "guarded": verification_token_env: environment variable GUARDED_TOKEN is not set`) {
+		t.Fatalf("New = %v, want the missing secret named", err)
+	}
+}
+
+// A database that is reachable but not yet migrated: New succeeds (migrating
+// is `gateway migrate`'s job), /readyz answers 503 naming the pending
+// migrations until they are applied, and 200 after.
+func TestReadyWaitsForMigrations(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.DatabaseURL(t)
+	o := options(t, map[string]string{
+		"GATEWAY_DATABASE_URL": dbURL,
+		"GATEWAY_REDIS_URL":    "redis://" + testenv.Redis(t),
+		"GUARDED_TOKEN":        "guarded-token-0123",
+	})
+	gw, err := wiring.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	if err := gw.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "migrations pending") {
+		t.Fatalf("Ready before migrating = %v", err)
+	}
+	srv := httptest.NewServer(gw.Ingest)
+	t.Cleanup(srv.Close)
+	readyz := func() int {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before migrating = %d", code)
+	}
+	if err := storage.Migrate(context.Background(), dbURL); err != nil {
+		t.Fatal(err)
+	}
+	if code := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz after migrating = %d", code)
+	}
+}
