@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ackgate/ackgate/gate"
@@ -21,21 +20,15 @@ import (
 
 // Ledger is the Postgres evidence store.
 //
-// Every Write sends its whole change as one pipelined batch and no
-// explicit transaction. PostgreSQL runs everything between two Sync messages as
-// one implicit transaction: it commits at the Sync if every statement succeeded
-// and rolls all of it back at the first error. So the change is still atomic,
-// but it costs one network round trip and one commit instead of the three
-// round trips of BEGIN, statements, COMMIT. The price is that nothing can be
-// decided on the client between statements; every precondition is therefore
-// checked on the server and fails by raising (ackgate_lock_operation,
-// ackgate_require and the triggers in migrations/0003_guards.sql).
-//
-// pgx prepares each distinct statement once per connection, so the first use
-// of a statement on a connection adds one round trip; after that the counts in
-// the method docs hold.
+// Every named change is one call of ackgate_write on the server
+// (migrations/0007_one_write_per_step.sql), which checks the change's
+// guard, appends its log entries and writes the operation row once; the
+// triggers of migrations/0003_guards.sql and 0007 judge every edge, so
+// nothing here can record a path the lifecycle forbids. Concurrent changes
+// share statements and commits (write.go).
 type Ledger struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	commit committer
 }
 
 var _ gate.Ledger = (*Ledger)(nil)
@@ -119,16 +112,17 @@ func insertOperationArgs(o *gate.Operation) []any {
 		o.SpanID, o.CreatedAt, o.UpdatedAt, o.RetainUntil}
 }
 
-// Write implements gate.Ledger. A claim that carries a new row creates the
-// operation; every other change updates one under its guard.
+// Write implements gate.Ledger. It costs a share of one statement and one
+// commit (see write.go).
 func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if err := checkChange(c); err != nil {
 		return err
 	}
-	if c.Claim != nil && c.Claim.Row != nil {
-		return l.create(ctx, c)
+	wire, err := encode(c)
+	if err != nil {
+		return fmt.Errorf("storage: write: %w", err)
 	}
-	return l.apply(ctx, c)
+	return l.write(ctx, c.OperationID, wire)
 }
 
 // checkChange refuses a change no constructor in gate builds, before it
@@ -154,113 +148,12 @@ func checkChange(c *gate.Change) error {
 	return fmt.Errorf("storage: write: unknown change kind %q", c.Kind)
 }
 
-// create costs one round trip and one commit (see Ledger). The row is
-// inserted in the state its first step enters, then moved one step at a time.
-func (l *Ledger) create(ctx context.Context, c *gate.Change) error {
-	at := orNow(c.At)
-	row := *c.Claim.Row
-	row.State = c.Steps[0].To
-	row.Fence, row.Owner, row.TraceID = c.Fence, c.Claim.Owner, c.Claim.TraceID
-	deadline := c.Claim.LeaseDeadline
-	row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = &at, &deadline, 0
-	row.Reason, row.ResultID, row.EvidenceAt, row.Lane, row.AckedAt = c.Reason, "", nil, "", nil
-	switch c.Kind {
-	case gate.ChangeConfirm:
-		row.ResultID, row.EvidenceAt = c.ResultID, &at
-	case gate.ChangeIndeterminate:
-		row.Lane = c.Lane
-	}
-	if row.CreatedAt.IsZero() {
-		row.CreatedAt = at
-	}
-	row.UpdatedAt = at
-
-	b := &pgx.Batch{}
-	b.Queue(insertOperationSQL, insertOperationArgs(&row)...)
-	queueSteps(b, row.ID, c.Steps, row.Fence, messageID(c.Claim.Delivery), at)
-	queueRecords(b, row.ID, c, at)
-	return translate("create", l.pool.SendBatch(ctx, b).Close())
-}
-
-// apply costs one round trip and one commit (see Ledger). The first statement
-// locks the row and checks the expected state and the fence; if that fails,
-// it raises and nothing else in the batch takes effect.
-func (l *Ledger) apply(ctx context.Context, c *gate.Change) error {
-	id, at := c.OperationID, orNow(c.At)
-	var d *gate.Delivery
-	if c.Claim != nil {
-		d = c.Claim.Delivery
-	}
-	b := &pgx.Batch{}
-	b.Queue(`SELECT ackgate_lock_operation($1, $2, $3, $4)`, id, c.Expect, c.Fence, c.Claim != nil)
-	queueSteps(b, id, c.Steps, c.Fence, messageID(d), at)
-	sql, args := updateFor(c, at)
-	b.Queue(sql, args...)
-	queueRecords(b, id, c, at)
-	return translate("apply", l.pool.SendBatch(ctx, b).Close())
-}
-
-// updateFor is the UPDATE of the operation row for one named change: the
-// columns that change writes, and no others.
-func updateFor(c *gate.Change, at time.Time) (string, []any) {
-	var set []string
-	args := []any{c.OperationID}
-	col := func(name, cast string, v any) {
-		args = append(args, v)
-		set = append(set, fmt.Sprintf("%s = $%d::%s", name, len(args), cast))
-	}
-	col("updated_at", "timestamptz", at)
-	switch {
-	case c.Claim != nil:
-		col("fence", "bigint", c.Fence)
-		col("owner", "text", c.Claim.Owner)
-		col("lease_start", "timestamptz", at)
-		col("lease_deadline", "timestamptz", c.Claim.LeaseDeadline)
-		col("lease_extensions", "integer", 0)
-		col("trace_id", "text", c.Claim.TraceID)
-	case c.Settle != nil:
-		col("lease_extensions", "integer", c.Settle.LeaseExtensions)
-	}
-	switch c.Kind {
-	case gate.ChangeConfirm:
-		col("result_id", "text", c.ResultID)
-		col("evidence_at", "timestamptz", at)
-	case gate.ChangeIndeterminate:
-		col("lane", "text", c.Lane)
-	case gate.ChangeAcked:
-		col("acked_at", "timestamptz", at)
-	}
-	if c.Kind != gate.ChangeAcked {
-		col("reason", "text", c.Reason)
-	}
-	return "UPDATE operations SET " + strings.Join(set, ", ") + " WHERE id = $1", args
-}
-
 const (
-	setStateSQL = `UPDATE operations SET state = $2 WHERE id = $1`
 	// seq is assigned by the ledger's trigger.
 	insertTransitionSQL = `
 INSERT INTO transitions (operation_id, from_state, to_state, at, fence, message_id, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
-)
 
-// queueSteps moves the state column one edge at a time, each followed by its
-// log entry, so that the guard trigger judges every edge of the path and not
-// only where it ends (pending_effect -> reserved -> pending_effect is two edges,
-// and no change at all to a single UPDATE). A step from "" is the INSERT itself.
-func queueSteps(b *pgx.Batch, id string, steps []gate.Step, fence int64, messageID string, at time.Time) {
-	for _, s := range steps {
-		if s.From != "" {
-			b.Queue(setStateSQL, id, s.To)
-		}
-		b.Queue(insertTransitionSQL, id, nullIfEmpty(string(s.From)), s.To, at, fence, messageID, s.Reason)
-	}
-}
-
-const (
-	// Inserting a delivery and counting it is one statement, so the count can
-	// never disagree with the rows. No row comes back when the operation is
-	// missing.
 	insertDeliverySQL = `
 WITH counted AS (
 	UPDATE operations SET delivery_count = delivery_count + 1 WHERE id = $1 RETURNING id
@@ -277,28 +170,6 @@ RETURNING id`
 UPDATE deliveries SET decision = $3, reason = CASE WHEN $4::text = '' THEN reason ELSE $4::text END
 WHERE operation_id = $1 AND owner = $2 AND decision = ''`
 
-	// The same for attempts. first_attempt_at anchors the provider's dedupe
-	// window, which only an effect call opens.
-	insertAttemptSQL = `
-WITH counted AS (
-	UPDATE operations SET attempt_count = attempt_count + 1,
-		first_attempt_at = CASE WHEN $3::text = 'effect'
-			THEN coalesce(first_attempt_at, $6::timestamptz) ELSE first_attempt_at END
-	WHERE id = $1 RETURNING id
-)
-INSERT INTO attempts (operation_id, n, kind, idempotency_key, fence, started_at)
-SELECT id, $2::integer, $3::text, $4::text, $5::bigint, $6::timestamptz FROM counted`
-
-	// An outcome is recorded once, for an attempt that was started.
-	finishAttemptSQL = `
-WITH finished AS (
-	UPDATE attempts SET finished_at = $3, outcome = $4, status_code = $5, result_id = $6, reason = $7
-	WHERE operation_id = $1::text AND n = $2::integer AND finished_at IS NULL
-	RETURNING n
-)
-SELECT ackgate_require(EXISTS (SELECT 1 FROM finished),
-	'operation ' || $1::text || ': no unfinished attempt ' || $2::integer)`
-
 	insertDeadLetterSQL = `
 INSERT INTO dead_letters (operation_id, reason, at) VALUES ($1, $2, $3)
 ON CONFLICT (operation_id) DO NOTHING`
@@ -307,35 +178,6 @@ ON CONFLICT (operation_id) DO NOTHING`
 func deliveryArgs(opID string, d *gate.Delivery) []any {
 	return []any{opID, d.Broker, d.Source, d.MessageID, d.BrokerAttempt, d.ReceivedAt, d.Decision,
 		d.Reason, d.Anomaly, d.TraceID, d.Owner}
-}
-
-// queueRecords appends what a change records besides the operation row.
-func queueRecords(b *pgx.Batch, id string, c *gate.Change, at time.Time) {
-	if c.Claim != nil && c.Claim.Delivery != nil {
-		b.Queue(insertDeliverySQL, deliveryArgs(id, c.Claim.Delivery)...)
-	}
-	if s := c.Settle; s != nil {
-		if a := s.Answer; a != nil && a.Owner != "" {
-			b.Queue(answerDeliverySQL, id, a.Owner, a.Decision, a.Reason)
-		}
-		if a := s.Finish; a != nil {
-			finished := at
-			if a.FinishedAt != nil {
-				finished = *a.FinishedAt
-			}
-			b.Queue(finishAttemptSQL, id, a.N, finished, a.Outcome, a.StatusCode, a.ResultID, a.Reason)
-		}
-	}
-	if a := c.Start; a != nil {
-		b.Queue(insertAttemptSQL, id, a.N, a.Kind, a.IdempotencyKey, c.Fence, cmp.Or(a.StartedAt, at))
-	}
-	queueDeadLetter(b, id, c.DeadLetter, at)
-}
-
-func queueDeadLetter(b *pgx.Batch, id string, dl *gate.DeadLetter, at time.Time) {
-	if dl != nil {
-		b.Queue(insertDeadLetterSQL, id, dl.Reason, cmp.Or(dl.At, at))
-	}
 }
 
 // RecordConflict takes an explicit transaction (four round trips) because
@@ -348,7 +190,7 @@ func (l *Ledger) RecordConflict(ctx context.Context, c *gate.Conflict) (*gate.Op
 	at := orNow(c.At)
 	row := *c.Record
 	row.ConflictOf = c.Original.ID
-	row.State = gate.StateReceived
+	row.State = gate.StateConflicting
 	// A conflict record is never reserved: it is not going to be executed.
 	row.Fence, row.Owner, row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = 0, "", nil, nil, 0
 	if row.CreatedAt.IsZero() {
@@ -364,15 +206,19 @@ func (l *Ledger) RecordConflict(ctx context.Context, c *gate.Conflict) (*gate.Op
 		}
 		b := &pgx.Batch{}
 		if tag.RowsAffected() == 1 {
-			queueSteps(b, row.ID, []gate.Step{
-				{Transition: gate.Transition{From: "", To: gate.StateReceived}},
-				{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateConflicting}, Reason: row.Reason},
-			}, 0, messageID(c.Delivery), at)
+			msg := ""
+			if c.Delivery != nil {
+				msg = c.Delivery.MessageID
+			}
+			b.Queue(insertTransitionSQL, row.ID, nil, gate.StateReceived, at, 0, msg, "")
+			b.Queue(insertTransitionSQL, row.ID, gate.StateReceived, gate.StateConflicting, at, 0, msg, row.Reason)
 		}
 		if c.Delivery != nil {
 			b.Queue(insertDeliverySQL, deliveryArgs(row.ID, c.Delivery)...)
 		}
-		queueDeadLetter(b, row.ID, c.DeadLetter, at)
+		if dl := c.DeadLetter; dl != nil {
+			b.Queue(insertDeadLetterSQL, row.ID, dl.Reason, cmp.Or(dl.At, at))
+		}
 		b.Queue(`SELECT `+operationColumns+` FROM operations o WHERE o.id = $1`, row.ID).
 			QueryRow(func(r pgx.Row) error { return r.Scan(operationFields(&stored)...) })
 		return tx.SendBatch(ctx, b).Close()
@@ -383,12 +229,14 @@ func (l *Ledger) RecordConflict(ctx context.Context, c *gate.Conflict) (*gate.Op
 	return &stored, nil
 }
 
-// RecordDelivery costs one round trip: the insert and the count are one
-// statement. gate.ErrNotFound when the operation does not exist.
+// RecordDelivery shares a commit with concurrent writes, like Write.
+// gate.ErrNotFound when the operation does not exist.
 func (l *Ledger) RecordDelivery(ctx context.Context, d *gate.Delivery) error {
-	var id int64
-	err := l.pool.QueryRow(ctx, insertDeliverySQL, deliveryArgs(d.OperationID, d)...).Scan(&id)
-	return translate("record delivery", err)
+	wire, err := encodeDeliveryOnly(d)
+	if err != nil {
+		return err
+	}
+	return l.write(ctx, d.OperationID, wire)
 }
 
 // AnswerDelivery implements gate.Ledger: it fills in the decision of the
@@ -406,13 +254,6 @@ func orNow(t time.Time) time.Time {
 		return time.Now()
 	}
 	return t
-}
-
-func messageID(d *gate.Delivery) string {
-	if d == nil {
-		return ""
-	}
-	return d.MessageID
 }
 
 func nullIfEmpty(s string) *string {

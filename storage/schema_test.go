@@ -127,12 +127,14 @@ func TestLedgerRefusesRawSQL(t *testing.T) {
 		{"log entry off the table",
 			`INSERT INTO transitions (operation_id, from_state, to_state, at, fence)
 			 VALUES ('op_raw', 'pending_effect', 'acknowledged', now(), 1)`, "AG001"},
+		// A row may be inserted in any state, but its log must begin at
+		// received and reach that state by commit: with no log, it cannot.
 		{"record born past received",
 			`INSERT INTO operations (id, scope_key, tenant, route, key_source, key, fingerprint,
 				fingerprint_version, state, shape, dead_letter_policy, contract_version, idempotency_key,
 				created_at, updated_at, retain_until)
 			 VALUES ('op_x', 'x', 't', 'r', 'message_id', 'x', 'f', 1, 'effect_confirmed', 'unsafe',
-				'broker', 'c', 'k', now(), now(), now())`, "AG001"},
+				'broker', 'c', 'k', now(), now(), now())`, "AG004"},
 		{"delete before retention ends", `DELETE FROM operations WHERE id = 'op_raw'`, "AG003"},
 		{"state outside the nine", `UPDATE operations SET state = 'processed'`, "23514"},
 	}
