@@ -24,7 +24,9 @@ func TestSharedCommitKeepsEachChangeApart(t *testing.T) {
 		createPending(t, l, ops[name])
 	}
 	at := t0.Add(time.Minute)
-	fin := func() *gate.Attempt { return &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "r"} }
+	fin := func() *gate.Attempt {
+		return &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "r"}
+	}
 	confirm := func(op *gate.Operation, fence int64, s []gate.Step) *gate.Change {
 		w := gate.Settling(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, fence, fin(),
 			&gate.Answer{Owner: "owner-a", Decision: gate.Ack, Reason: "confirmed"}, 0)
