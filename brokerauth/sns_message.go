@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"strings"
+
+	"github.com/ackgate/ackgate/gate"
 )
 
 // SNS message types.
@@ -90,7 +92,7 @@ func ParseSNSMessage(body []byte) (*SNSMessage, error) {
 	case "":
 		return nil, fail(Malformed, nil, "SNS message has no Type")
 	default:
-		return nil, fail(Malformed, nil, "SNS message Type %q is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation", bounded(m.Type, 40))
+		return nil, fail(Malformed, nil, "SNS message Type %q is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation", gate.Bound(m.Type, 40))
 	}
 	for _, name := range []string{"Type", "MessageId", "TopicArn", "Message", "Timestamp", "SubscribeURL", "Token"} {
 		v, needed := required[name]
@@ -147,13 +149,6 @@ func deref(p *string) string {
 	return *p
 }
 
-func bounded(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
 // jsonProblem describes a decoding error without echoing the body.
 func jsonProblem(err error) string {
 	var syn *json.SyntaxError
@@ -162,7 +157,7 @@ func jsonProblem(err error) string {
 	case errors.As(err, &syn):
 		return "invalid JSON"
 	case errors.As(err, &typ):
-		return "field " + bounded(typ.Field, 64) + " has the wrong type"
+		return "field " + gate.Bound(typ.Field, 64) + " has the wrong type"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "body is empty or truncated"
 	}
