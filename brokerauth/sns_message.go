@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/jsonerr"
 )
 
 // SNS message types.
@@ -68,7 +69,7 @@ func ParseSNSMessage(body []byte) (*SNSMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var w snsWire
 	if err := dec.Decode(&w); err != nil {
-		return nil, fail(Malformed, err, "body is not an SNS message: %s", jsonProblem(err))
+		return nil, fail(Malformed, err, "body is not an SNS message: %s", jsonerr.Describe(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fail(Malformed, nil, "body has data after the SNS message")
@@ -147,19 +148,4 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
-}
-
-// jsonProblem describes a decoding error without echoing the body.
-func jsonProblem(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return "invalid JSON"
-	case errors.As(err, &typ):
-		return "field " + gate.Bound(typ.Field, 64) + " has the wrong type"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "body is empty or truncated"
-	}
-	return "invalid JSON"
 }
