@@ -30,9 +30,9 @@ type basicAuthSpec struct {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 func buildAuth(r *gate.Route, spec *routeSpec, errs *routeErrs) {
-	auth := ""
+	var auth gate.Auth
 	if spec.Auth != nil {
-		auth = *spec.Auth
+		auth = gate.Auth(*spec.Auth)
 	}
 	switch auth {
 	case "":
