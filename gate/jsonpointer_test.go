@@ -94,3 +94,47 @@ func TestPointerValue(t *testing.T) {
 		}
 	}
 }
+
+// Numbers: equal values spelt differently are one value, as they were when
+// documents were decoded as float64; but integers a float64 cannot hold keep
+// every digit, so two 64-bit ids never share a key.
+func TestPointerValueNumbers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		doc, want string
+	}{
+		{`{"n": 1}`, "1"},
+		{`{"n": 1.0}`, "1"},
+		{`{"n": 1e0}`, "1"},
+		{`{"n": 1.50}`, "1.5"},
+		{`{"n": -0}`, "-0"},
+		{`{"n": 9007199254740992}`, "9007199254740992"}, // 2^53: exact
+		{`{"n": 9007199254740993}`, "9007199254740993"}, // 2^53+1: not a float64
+		{`{"n": 1152921504606846976}`, "1152921504606846976"},
+		{`{"n": 1152921504606846977}`, "1152921504606846977"},
+		{`{"n": 1000000000000000000000}`, "1e+21"}, // exact, spelt as before
+		{`{"n": 1e400}`, "1e400"},                  // beyond float64: its own text
+		{`{"n": {"b": 1.0, "a": [9007199254740993, 2.50]}}`, `{"a":[9007199254740993,2.5],"b":1}`},
+	} {
+		got, err := pointerValue([]byte(tc.doc), "/n")
+		if err != nil || got != tc.want {
+			t.Errorf("pointerValue(%s) = %q, %v; want %q", tc.doc, got, err, tc.want)
+		}
+	}
+}
+
+// Two orders whose 64-bit ids differ only beyond float64's precision are two
+// operations, not a redelivery of one.
+func TestLargeIntegerKeysStayDistinct(t *testing.T) {
+	t.Parallel()
+	r := &Route{Name: "orders", Tenant: "t", Key: KeySource{Kind: KeyJSONPointer, Name: "/order_id"},
+		Fingerprint: FingerprintSpec{Version: 1, Data: true}}
+	a, errA := Identify(r, &Message{MessageID: "1", Data: []byte(`{"order_id": 1234567890123456789}`)})
+	b, errB := Identify(r, &Message{MessageID: "2", Data: []byte(`{"order_id": 1234567890123456790}`)})
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if a.Key == b.Key || a.OperationID == b.OperationID {
+		t.Fatalf("two order ids share key %q and operation %s", a.Key, a.OperationID)
+	}
+}
