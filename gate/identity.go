@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is a broker delivery after its envelope has been decoded: the same
@@ -78,6 +79,11 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	for _, f := range []struct{ name, value string }{{"operation key", key}, {"message id", m.MessageID}, {"source", m.Source}} {
+		if err := storableText(f.name, f.value); err != nil {
+			return Identity{}, err
+		}
+	}
 	fp, err := Fingerprint(&r.Fingerprint, m)
 	if err != nil {
 		return Identity{}, err
@@ -92,6 +98,21 @@ func Identify(r *Route, m *Message) (Identity, error) {
 		Fingerprint:    fp,
 		IdempotencyKey: digest("ik_", scope, fp),
 	}, nil
+}
+
+// storableText refuses a value the ledger keeps as text that Postgres cannot
+// store: a NUL byte or invalid UTF-8 (a JSON string can carry \u0000). Such
+// a message is a bad message, rejected before anything is recorded; left to
+// the ledger, every write would fail and every redelivery would be answered
+// as if the ledger were down.
+func storableText(name, v string) error {
+	switch {
+	case strings.IndexByte(v, 0) >= 0:
+		return &IdentityError{Reason: name + " contains a NUL byte"}
+	case !utf8.ValidString(v):
+		return &IdentityError{Reason: name + " is not valid UTF-8"}
+	}
+	return nil
 }
 
 // ConflictID names the conflicting record for a scope and fingerprint, so a

@@ -396,6 +396,8 @@ func TestSendMalformedOrUnsupportedMessages(t *testing.T) {
 		{"no subscription", "orders", `{"message":{"data":"eA==","messageId":"1"}}`, 400},
 		{"wrong types", "orders", `{"message":{"data":5,"messageId":"1"},"subscription":"s"}`, 400},
 		{"trailing data", "orders", `{"message":{"data":"eA==","messageId":"1"},"subscription":"s"} {}`, 400},
+		{"NUL in the message id", "orders", `{"message":{"data":"eA==","messageId":"1\u0000"},"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"NUL in the subscription", "orders", `{"message":{"data":"eA==","messageId":"1"},"subscription":"projects/p/subscriptions/s\u0000"}`, 400},
 		{"oversized", "orders", `{"message":{"data":"` + big + `","messageId":"1"},"subscription":"s"}`, 413},
 		{"unknown route", "nope", string(envelope(msg{ID: "1", Data: "x"})), 404},
 	}
