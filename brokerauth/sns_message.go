@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"strings"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/jsonerr"
 )
 
 // SNS message types.
@@ -66,7 +69,7 @@ func ParseSNSMessage(body []byte) (*SNSMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var w snsWire
 	if err := dec.Decode(&w); err != nil {
-		return nil, fail(Malformed, err, "body is not an SNS message: %s", jsonProblem(err))
+		return nil, fail(Malformed, err, "body is not an SNS message: %s", jsonerr.Describe(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fail(Malformed, nil, "body has data after the SNS message")
@@ -90,7 +93,7 @@ func ParseSNSMessage(body []byte) (*SNSMessage, error) {
 	case "":
 		return nil, fail(Malformed, nil, "SNS message has no Type")
 	default:
-		return nil, fail(Malformed, nil, "SNS message Type %q is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation", bounded(m.Type, 40))
+		return nil, fail(Malformed, nil, "SNS message Type %q is not Notification, SubscriptionConfirmation or UnsubscribeConfirmation", gate.Bound(m.Type, 40))
 	}
 	for _, name := range []string{"Type", "MessageId", "TopicArn", "Message", "Timestamp", "SubscribeURL", "Token"} {
 		v, needed := required[name]
@@ -145,26 +148,4 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
-}
-
-func bounded(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// jsonProblem describes a decoding error without echoing the body.
-func jsonProblem(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return "invalid JSON"
-	case errors.As(err, &typ):
-		return "field " + bounded(typ.Field, 64) + " has the wrong type"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "body is empty or truncated"
-	}
-	return "invalid JSON"
 }

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/ackgate/ackgate/gate"
 )
 
 // Defaults of SNSOptions. SNS waits 15 s for an answer, so the certificate
@@ -102,7 +104,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m *SNSMessage) error {
 	case "":
 		return fail(Unauthenticated, nil, "SNS message has no SignatureVersion")
 	default:
-		return fail(Unauthenticated, nil, "SignatureVersion %q is not 1 or 2", bounded(m.SignatureVersion, 8))
+		return fail(Unauthenticated, nil, "SignatureVersion %q is not 1 or 2", gate.Bound(m.SignatureVersion, 8))
 	}
 	if m.Signature == "" {
 		return fail(Unauthenticated, nil, "SNS message has no Signature")
@@ -210,7 +212,7 @@ func parseCertKey(pemBytes []byte) (*rsa.PublicKey, error) {
 // itself is Unavailable, so that SNS sends the confirmation again.
 func (v *SNSVerifier) Confirm(ctx context.Context, m *SNSMessage) (string, error) {
 	if m.Type != SNSSubscriptionConfirmation {
-		return "", fail(Malformed, nil, "only a SubscriptionConfirmation can be confirmed, not %s", bounded(m.Type, 40))
+		return "", fail(Malformed, nil, "only a SubscriptionConfirmation can be confirmed, not %s", gate.Bound(m.Type, 40))
 	}
 	u, err := v.policy.CheckSubscribeURL(m.SubscribeURL)
 	if err != nil {
@@ -237,7 +239,7 @@ func (v *SNSVerifier) Confirm(ctx context.Context, m *SNSMessage) (string, error
 	if xml.Unmarshal(body, &answer) != nil {
 		return "", nil
 	}
-	return bounded(answer.ARN, 512), nil
+	return gate.Bound(answer.ARN, 512), nil
 }
 
 // redactURLError drops the URL from a client error: a SubscribeURL carries the

@@ -30,9 +30,9 @@ type basicAuthSpec struct {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 func buildAuth(r *gate.Route, spec *routeSpec, errs *routeErrs) {
-	auth := ""
+	var auth gate.Auth
 	if spec.Auth != nil {
-		auth = *spec.Auth
+		auth = gate.Auth(*spec.Auth)
 	}
 	switch auth {
 	case "":
@@ -112,14 +112,7 @@ func buildAuth(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	// Body forms.
 	switch r.Broker {
 	case gate.BrokerPubSub:
-		r.PubSubMode = gate.PubSubMode(spec.PubSubMode)
-		switch r.PubSubMode {
-		case "":
-			r.PubSubMode = gate.PubSubWrapped
-		case gate.PubSubWrapped, gate.PubSubUnwrapped:
-		default:
-			errs.add("pubsub_mode", "%q is not wrapped or unwrapped", spec.PubSubMode)
-		}
+		r.PubSubMode, _ = pubsubModes.parse(errs, "pubsub_mode", spec.PubSubMode)
 		if spec.RawDelivery != nil {
 			errs.add("raw_delivery", "only applies to sns routes; Pub/Sub's raw form is pubsub_mode: unwrapped")
 		}

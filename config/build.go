@@ -27,8 +27,6 @@ var reservedHeaders = []string{
 	"Transfer-Encoding", "Upgrade", "X-Idempotency-Key",
 }
 
-var effectMethods = []string{"DELETE", "GET", "PATCH", "POST", "PUT"}
-
 // routeErrs collects field errors for one route.
 type routeErrs []error
 
@@ -54,12 +52,7 @@ func (e *routeErrs) duration(field, raw string) (time.Duration, bool) {
 // the field; the caller adds the route.
 func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	var errs routeErrs
-	r := &gate.Route{
-		Name:   spec.Name,
-		Tenant: spec.Tenant,
-		Broker: gate.Broker(spec.Broker),
-		Shape:  gate.Shape(spec.Shape),
-	}
+	r := &gate.Route{Name: spec.Name, Tenant: spec.Tenant}
 
 	// Identity of the route.
 	switch {
@@ -73,16 +66,8 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	} else if !routeNameRE.MatchString(r.Tenant) {
 		errs.add("tenant", "%q must be 1 to %d characters of a-z, 0-9, '-' and '_', starting with a letter or digit", r.Tenant, maxRouteNameLen)
 	}
-	brokerOK := true
-	switch r.Broker {
-	case gate.BrokerPubSub, gate.BrokerSNS:
-	case "":
-		errs.add("broker", "required: pubsub or sns")
-		brokerOK = false
-	default:
-		errs.add("broker", "%q is not pubsub or sns", spec.Broker)
-		brokerOK = false
-	}
+	var brokerOK bool
+	r.Broker, brokerOK = brokers.parse(&errs, "broker", spec.Broker)
 	r.Sources = sortedUnique(spec.Sources)
 	for _, s := range r.Sources {
 		switch r.Broker {
@@ -154,6 +139,7 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 
 	// Shape and its settle policy.
 	dedupe, dedupeSet := errs.duration("dedupe_window", spec.DedupeWindow)
+	r.Shape, _ = shapes.parse(&errs, "shape", spec.Shape)
 	switch r.Shape {
 	case gate.ShapeIdempotent:
 		if !dedupeSet && spec.DedupeWindow == "" {
@@ -166,10 +152,6 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		if spec.DedupeWindow != "" {
 			errs.add("dedupe_window", "only applies to shape idempotent, not %s", r.Shape)
 		}
-	case "":
-		errs.add("shape", "required: idempotent, lookup, unsafe or repeatable")
-	default:
-		errs.add("shape", "%q is not idempotent, lookup, unsafe or repeatable", spec.Shape)
 	}
 	switch {
 	case r.Shape == gate.ShapeLookup && r.Effect.LookupURL == "":
@@ -186,14 +168,7 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	if r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit {
 		errs.add("max_attempts", "must be from 1 to %d, got %d", MaxAttemptsLimit, r.MaxAttempts)
 	}
-	r.DeadLetter = gate.DeadLetterPolicy(spec.DeadLetter)
-	switch r.DeadLetter {
-	case "":
-		r.DeadLetter = gate.DeadLetterBroker
-	case gate.DeadLetterGateway, gate.DeadLetterBroker:
-	default:
-		errs.add("dead_letter", "%q is not gateway or broker", spec.DeadLetter)
-	}
+	r.DeadLetter, _ = deadLetters.parse(&errs, "dead_letter", spec.DeadLetter)
 
 	buildRetention(r, spec, &errs)
 
@@ -214,29 +189,19 @@ func buildKey(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	if spec.OperationKey != nil {
 		k = *spec.OperationKey
 	}
-	r.Key = gate.KeySource{Kind: gate.KeyKind(k.Kind), Name: k.Name}
-	switch r.Key.Kind {
-	case "":
-		if k.Name != "" {
-			errs.add("operation_key.kind", "required when a name is given: attribute or json_pointer")
-		}
-		r.Key.Kind = gate.KeyMessageID
-	case gate.KeyMessageID:
-		if k.Name != "" {
-			errs.add("operation_key.name", "must be empty for kind message_id")
-		}
-	case gate.KeyAttribute:
-		if k.Name == "" {
-			errs.add("operation_key.name", "required for kind attribute: the attribute that holds the key")
-		}
-	case gate.KeyJSONPointer:
-		if k.Name == "" {
-			errs.add("operation_key.name", "required for kind json_pointer: a pointer such as /order/id")
-		} else if !strings.HasPrefix(k.Name, "/") {
-			errs.add("operation_key.name", "JSON pointer %q must start with /", k.Name)
-		}
-	default:
-		errs.add("operation_key.kind", "%q is not message_id, attribute or json_pointer", k.Kind)
+	kind, _ := keyKinds.parse(errs, "operation_key.kind", k.Kind)
+	r.Key = gate.KeySource{Kind: kind, Name: k.Name}
+	switch {
+	case kind == gate.KeyMessageID && k.Name != "" && k.Kind == "":
+		errs.add("operation_key.kind", "required when a name is given: attribute or json_pointer")
+	case kind == gate.KeyMessageID && k.Name != "":
+		errs.add("operation_key.name", "must be empty for kind message_id")
+	case kind == gate.KeyAttribute && k.Name == "":
+		errs.add("operation_key.name", "required for kind attribute: the attribute that holds the key")
+	case kind == gate.KeyJSONPointer && k.Name == "":
+		errs.add("operation_key.name", "required for kind json_pointer: a pointer such as /order/id")
+	case kind == gate.KeyJSONPointer && !strings.HasPrefix(k.Name, "/"):
+		errs.add("operation_key.name", "JSON pointer %q must start with /", k.Name)
 	}
 }
 
@@ -286,30 +251,18 @@ func buildEffect(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	}
 	e := spec.Effect
 	out := gate.EffectSpec{
-		Method:          strings.ToUpper(e.Method),
 		URL:             e.URL,
-		BodyMode:        gate.BodyMode(e.BodyMode),
 		ResultIDHeader:  e.ResultIDHeader,
 		ResultIDPointer: e.ResultIDPointer,
 		LookupURL:       e.LookupURL,
 	}
-	if out.Method == "" {
-		out.Method = DefaultEffectMethod
-	} else if !slices.Contains(effectMethods, out.Method) {
-		errs.add("effect.method", "%q is not one of %s", e.Method, strings.Join(effectMethods, ", "))
-	}
+	out.Method, _ = effectMethods.parse(errs, "effect.method", strings.ToUpper(e.Method))
 	if e.URL == "" {
 		errs.add("effect.url", "required")
 	} else if err := checkHTTPURL(e.URL); err != nil {
 		errs.add("effect.url", "%v", err)
 	}
-	switch out.BodyMode {
-	case "":
-		out.BodyMode = gate.BodyRaw
-	case gate.BodyRaw, gate.BodyEnvelope, gate.BodyCloudEvent:
-	default:
-		errs.add("effect.body_mode", "%q is not raw, envelope or cloudevent", e.BodyMode)
-	}
+	out.BodyMode, _ = bodyModes.parse(errs, "effect.body_mode", e.BodyMode)
 	if len(e.Headers) > 0 {
 		out.Headers = make(map[string]string, len(e.Headers))
 		for name, value := range e.Headers {

@@ -181,7 +181,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"effect url relative", func(m map[string]any) { effect(m)["url"] = "/effects" }, `route "r": effect.url: "/effects" must be an absolute http(s) URL`},
 		{"effect url scheme", func(m map[string]any) { effect(m)["url"] = "ftp://h/x" }, `route "r": effect.url: "ftp://h/x" must be an absolute http(s) URL`},
 		{"effect url credentials", func(m map[string]any) { effect(m)["url"] = "http://u:secret@h/x" }, `route "r": effect.url: "http://u:xxxxx@h/x" must not carry credentials`},
-		{"effect method", func(m map[string]any) { effect(m)["method"] = "BREW" }, `route "r": effect.method: "BREW"`},
+		{"effect method", func(m map[string]any) { effect(m)["method"] = "BREW" }, `route "r": effect.method: "BREW" is not DELETE, GET, PATCH, POST or PUT`},
 		{"body mode", func(m map[string]any) { effect(m)["body_mode"] = "json" }, `route "r": effect.body_mode: "json"`},
 		{"reserved header", func(m map[string]any) { effect(m)["headers"] = map[string]string{"idempotency-key": "x"} }, `route "r": effect.headers: Idempotency-Key is set by the gateway`},
 		{"bad header name", func(m map[string]any) { effect(m)["headers"] = map[string]string{"a b": "x"} }, `route "r": effect.headers: "a b" is not a valid header name`},
@@ -216,7 +216,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"window on other shape", func(m map[string]any) { m["dedupe_window"] = "24h" }, `route "r": dedupe_window: only applies to shape idempotent`},
 		{"max attempts zero", func(m map[string]any) { m["max_attempts"] = 0 }, `route "r": max_attempts: must be from 1 to 100, got 0`},
 		{"max attempts large", func(m map[string]any) { m["max_attempts"] = 101 }, `route "r": max_attempts: must be from 1 to 100, got 101`},
-		{"dead letter", func(m map[string]any) { m["dead_letter"] = "drop" }, `route "r": dead_letter: "drop"`},
+		{"dead letter", func(m map[string]any) { m["dead_letter"] = "drop" }, `route "r": dead_letter: "drop" is not gateway or broker`},
 		{"ack deadline short", func(m map[string]any) { m["ack_deadline"] = "5s" }, `route "r": ack_deadline: 5s is outside Pub/Sub's range`},
 		{"ack deadline long", func(m map[string]any) { m["ack_deadline"] = "601s" }, `route "r": ack_deadline: 10m1s is outside`},
 		{"sns ack deadline", func(m map[string]any) {
@@ -241,7 +241,8 @@ func TestInvalidRoutes(t *testing.T) {
 			m["broker_retention"] = "1h"
 		}, `route "r": broker_retention: only applies to pubsub`},
 		{"retention syntax", func(m map[string]any) { m["retention"] = "8 days" }, `route "r": retention: "8 days" is not a duration`},
-		{"key kind unknown", func(m map[string]any) { m["operation_key"] = map[string]any{"kind": "uuid"} }, `route "r": operation_key.kind: "uuid"`},
+		{"key kind unknown", func(m map[string]any) { m["operation_key"] = map[string]any{"kind": "uuid"} }, `route "r": operation_key.kind: "uuid" is not message_id, attribute or json_pointer`},
+		{"key name without kind", func(m map[string]any) { m["operation_key"] = map[string]any{"name": "order_id"} }, `route "r": operation_key.kind: required when a name is given`},
 		{"attribute key without name", func(m map[string]any) { m["operation_key"] = map[string]any{"kind": "attribute"} }, `route "r": operation_key.name: required for kind attribute`},
 		{"pointer key without name", func(m map[string]any) { m["operation_key"] = map[string]any{"kind": "json_pointer"} }, `route "r": operation_key.name: required for kind json_pointer`},
 		{"pointer key without slash", func(m map[string]any) {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -9,11 +8,9 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"text/template"
 	"time"
 
 	"github.com/ackgate/ackgate/brokerauth"
@@ -76,19 +73,20 @@ const maxBodyLimit = 32 << 20
 // additionally calls ValidateServe.
 //
 // envconfig defines the variables: their names, defaults and descriptions
-// come from its struct tags and its own field walk. envconfig itself only reads
-// the process environment, so the values are looked up through getenv here;
-// that keeps run(ctx, getenv, ...) and parallel tests free of os.Setenv. An
-// empty value counts as unset, so the default applies.
+// come from the struct tags, and envconfig lists them (envVars). envconfig
+// itself only reads the process environment, so the values are looked up
+// through getenv and parsed by Settings.set; that keeps run(ctx, getenv, ...)
+// and parallel tests free of os.Setenv. An empty value counts as unset, so the
+// default applies.
 func LoadSettings(getenv func(string) string) (Settings, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	var s Settings
-	vars, err := settingVars(&s)
+	vars, err := envVars()
 	if err != nil {
 		return Settings{}, err
 	}
+	var s Settings
 	var errs []error
 	for _, v := range vars {
 		raw := getenv(v.key)
@@ -98,7 +96,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		if raw == "" {
 			continue
 		}
-		if err := setField(v.field, raw); err != nil {
+		if err := s.set(v.key, raw); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", v.key, err))
 		}
 	}
@@ -318,88 +316,120 @@ func Usage(w io.Writer) error {
 	return tw.Flush()
 }
 
-// settingVar is one variable as envconfig's field walk describes it.
-type settingVar struct {
-	key   string
-	def   string
-	field reflect.Value
-}
+// envVar is one variable as envconfig names it, with its default.
+type envVar struct{ key, def string }
 
-// settingVars asks envconfig for its view of s (it exposes the walk only to
-// usage templates), so names and defaults cannot drift from Usage.
-func settingVars(s *Settings) ([]settingVar, error) {
-	var vars []settingVar
-	var collectErr error
-	collect := func(info any) string {
-		v := reflect.ValueOf(info)
-		key, _ := v.FieldByName("Key").Interface().(string)
-		tags, _ := v.FieldByName("Tags").Interface().(reflect.StructTag)
-		field, ok := v.FieldByName("Field").Interface().(reflect.Value)
-		if key == "" || !ok || !field.CanSet() {
-			collectErr = fmt.Errorf("config: envconfig described field %v unexpectedly", v.FieldByName("Name"))
-			return ""
-		}
-		vars = append(vars, settingVar{key: key, def: tags.Get("default"), field: field})
-		return ""
-	}
-	tmpl, err := template.New("vars").Funcs(template.FuncMap{"collect": collect}).Parse(`{{range .}}{{collect .}}{{end}}`)
-	if err != nil {
+// envVarsFormat has envconfig print each variable as KEY=default, one a line,
+// with its own usage functions; a struct tag holds neither a newline nor, in
+// a key, an equals sign.
+const envVarsFormat = "{{range .}}{{usage_key .}}={{usage_default .}}\n{{end}}"
+
+// envVars asks envconfig for the variables Settings defines, so that names
+// and defaults cannot drift from what Usage prints.
+func envVars() ([]envVar, error) {
+	var b strings.Builder
+	if err := envconfig.Usagef(EnvPrefix, &Settings{}, &b, envVarsFormat); err != nil {
 		return nil, err
 	}
-	if err := envconfig.Usaget(EnvPrefix, s, io.Discard, tmpl); err != nil {
-		return nil, err
+	var vars []envVar
+	for line := range strings.Lines(b.String()) {
+		key, def, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		vars = append(vars, envVar{key: key, def: def})
 	}
-	return vars, collectErr
+	return vars, nil
 }
 
-var (
-	durationType        = reflect.TypeFor[time.Duration]()
-	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
-)
+// errNoParser marks a variable that envconfig lists but set does not know: a
+// field added to Settings without its case below.
+var errNoParser = errors.New("config: no parser for this variable")
 
-// setField converts raw the way envconfig does for the kinds Settings uses.
-func setField(f reflect.Value, raw string) error {
-	if f.CanAddr() && f.Addr().Type().Implements(textUnmarshalerType) {
-		return f.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(raw))
-	}
-	if f.Type() == durationType {
-		d, err := time.ParseDuration(raw)
-		if err != nil {
-			return fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
-		}
-		f.SetInt(int64(d))
-		return nil
-	}
-	switch f.Kind() {
-	case reflect.String:
-		f.SetString(raw)
-	case reflect.Bool:
-		b, err := strconv.ParseBool(raw)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", raw)
-		}
-		f.SetBool(b)
-	case reflect.Int, reflect.Int64:
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
-		}
-		f.SetInt(n)
-	case reflect.Slice:
-		if f.Type().Elem().Kind() != reflect.String {
-			return fmt.Errorf("config: unsupported list type %s", f.Type())
-		}
-		var items []string
-		for item := range strings.SplitSeq(raw, ",") {
-			if item = strings.TrimSpace(item); item != "" {
-				items = append(items, item)
-			}
-		}
-		f.Set(reflect.ValueOf(items))
+// set parses raw into the setting envconfig names key, with errors that say
+// what was expected and never more of the value than the value itself.
+func (s *Settings) set(key, raw string) error {
+	var err error
+	switch strings.TrimPrefix(key, EnvPrefix+"_") {
+	case "DATABASE_URL":
+		s.DatabaseURL = raw
+	case "REDIS_URL":
+		s.RedisURL = raw
+	case "REDIS_ADDRS":
+		s.RedisAddrs = parseList(raw)
+	case "REDIS_MASTER_NAME":
+		s.RedisMasterName = raw
+	case "REDIS_SENTINEL_PASSWORD":
+		s.RedisSentinelPassword = raw
+	case "REDIS_CLUSTER":
+		s.RedisCluster, err = parseBool(raw)
+	case "ROUTES_FILE":
+		s.RoutesFile = raw
+	case "LISTEN_ADDR":
+		s.ListenAddr = raw
+	case "ADMIN_ADDR":
+		s.AdminAddr = raw
+	case "ADMIN_TOKEN":
+		s.AdminToken = raw
+	case "METRICS_TOKEN":
+		s.MetricsToken = raw
+	case "MAX_BODY_BYTES":
+		s.MaxBodyBytes, err = parseInt(raw)
+	case "READ_HEADER_TIMEOUT":
+		s.ReadHeaderTimeout, err = parseDuration(raw)
+	case "READ_TIMEOUT":
+		s.ReadTimeout, err = parseDuration(raw)
+	case "WRITE_TIMEOUT":
+		s.WriteTimeout, err = parseDuration(raw)
+	case "IDLE_TIMEOUT":
+		s.IdleTimeout, err = parseDuration(raw)
+	case "SHUTDOWN_TIMEOUT":
+		s.ShutdownTimeout, err = parseDuration(raw)
+	case "OIDC_JWKS_URL":
+		s.OIDCJWKSURL = raw
+	case "SNS_TRUSTED_URL_PREFIXES":
+		s.SNSTrustedURLPrefixes = parseList(raw)
+	case "LOG_LEVEL":
+		err = s.LogLevel.UnmarshalText([]byte(raw))
+	case "INSTANCE_ID":
+		s.InstanceID = raw
 	default:
-		return fmt.Errorf("config: unsupported setting type %s", f.Type())
+		return errNoParser
 	}
-	return nil
+	return err
+}
+
+func parseDuration(raw string) (time.Duration, error) {
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
+	}
+	return d, nil
+}
+
+func parseBool(raw string) (bool, error) {
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", raw)
+	}
+	return b, nil
+}
+
+func parseInt(raw string) (int64, error) {
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", raw)
+	}
+	return n, nil
+}
+
+// parseList splits a comma-separated list. Spaces around items and empty
+// items are dropped, so "a, b," is the list a, b.
+func parseList(raw string) []string {
+	var items []string
+	for item := range strings.SplitSeq(raw, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
 }
 
 func checkDatabaseURL(raw string) error {

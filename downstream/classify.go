@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/ackgate/ackgate/gate"
 )
@@ -147,16 +146,7 @@ func describe(err error) string {
 }
 
 // bound keeps a reason within maxReasonLen bytes without splitting a rune.
-func bound(s string) string {
-	if len(s) <= maxReasonLen {
-		return s
-	}
-	cut := maxReasonLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+func bound(s string) string { return gate.Bound(s, maxReasonLen) }
 
 // drainClose discards a little of what is left of a body so the connection can
 // go back to the pool, then closes it.

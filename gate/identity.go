@@ -4,13 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is a broker delivery after its envelope has been decoded: the same
@@ -79,6 +79,11 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	for _, f := range []struct{ name, value string }{{"operation key", key}, {"message id", m.MessageID}, {"source", m.Source}} {
+		if err := storableText(f.name, f.value); err != nil {
+			return Identity{}, err
+		}
+	}
 	fp, err := Fingerprint(&r.Fingerprint, m)
 	if err != nil {
 		return Identity{}, err
@@ -93,6 +98,21 @@ func Identify(r *Route, m *Message) (Identity, error) {
 		Fingerprint:    fp,
 		IdempotencyKey: digest("ik_", scope, fp),
 	}, nil
+}
+
+// storableText refuses a value the ledger keeps as text that Postgres cannot
+// store: a NUL byte or invalid UTF-8 (a JSON string can carry \u0000). Such
+// a message is a bad message, rejected before anything is recorded; left to
+// the ledger, every write would fail and every redelivery would be answered
+// as if the ledger were down.
+func storableText(name, v string) error {
+	switch {
+	case strings.IndexByte(v, 0) >= 0:
+		return &IdentityError{Reason: name + " contains a NUL byte"}
+	case !utf8.ValidString(v):
+		return &IdentityError{Reason: name + " is not valid UTF-8"}
+	}
+	return nil
 }
 
 // ConflictID names the conflicting record for a scope and fingerprint, so a
@@ -158,59 +178,4 @@ func Fingerprint(spec *FingerprintSpec, m *Message) (string, error) {
 		parts = append(parts, "ptr", p, v)
 	}
 	return digest("v"+strconv.Itoa(spec.Version)+":", parts...), nil
-}
-
-// pointerValue resolves an RFC 6901 pointer in a JSON document and returns a
-// canonical string: strings as themselves, anything else re-encoded.
-func pointerValue(doc []byte, pointer string) (string, error) {
-	var v any
-	if err := json.Unmarshal(doc, &v); err != nil {
-		return "", fmt.Errorf("data is not JSON, pointer %s cannot apply", pointer)
-	}
-	got, err := ResolvePointer(v, pointer)
-	if err != nil {
-		return "", err
-	}
-	if s, ok := got.(string); ok {
-		return s, nil
-	}
-	b, err := json.Marshal(got) // map keys come out sorted
-	if err != nil {
-		return "", fmt.Errorf("pointer %s: %w", pointer, err)
-	}
-	return string(b), nil
-}
-
-// ResolvePointer walks an RFC 6901 JSON pointer through a decoded document.
-func ResolvePointer(v any, pointer string) (any, error) {
-	if pointer == "" {
-		return v, nil
-	}
-	if !strings.HasPrefix(pointer, "/") {
-		return nil, fmt.Errorf("pointer %q must start with /", pointer)
-	}
-	cur := v
-	for _, tok := range strings.Split(pointer[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch node := cur.(type) {
-		case map[string]any:
-			next, ok := node[tok]
-			if !ok {
-				return nil, fmt.Errorf("pointer %s: no member %q", pointer, tok)
-			}
-			cur = next
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil, fmt.Errorf("pointer %s: no element %q", pointer, tok)
-			}
-			cur = node[i]
-		default:
-			return nil, fmt.Errorf("pointer %s: %q is not inside an object or array", pointer, tok)
-		}
-	}
-	if cur == nil {
-		return nil, fmt.Errorf("pointer %s: value is null", pointer)
-	}
-	return cur, nil
 }

@@ -10,17 +10,19 @@ const (
 	BrokerSNS    Broker = "sns"
 )
 
-// Authenticators a route may name.
+// Auth names the authenticator a route's deliveries must pass.
+type Auth string
+
 const (
 	// AuthNone accepts unauthenticated deliveries (development only).
-	AuthNone = "none"
+	AuthNone Auth = "none"
 	// AuthOIDC verifies Pub/Sub push tokens (Authorization: Bearer).
-	AuthOIDC = "oidc"
+	AuthOIDC Auth = "oidc"
 	// AuthSNSSignature verifies SNS message signatures.
-	AuthSNSSignature = "sns_signature"
+	AuthSNSSignature Auth = "sns_signature"
 	// AuthBasic checks HTTP basic credentials (SNS endpoints may carry
 	// user:password); SNS messages that are signed are verified too.
-	AuthBasic = "basic"
+	AuthBasic Auth = "basic"
 )
 
 // PubSubMode is how a Pub/Sub push subscription writes its body.
@@ -146,7 +148,7 @@ type Route struct {
 	Broker Broker `json:"broker"`
 	// Auth is the broker authenticator (AuthNone, AuthOIDC, AuthSNSSignature
 	// or AuthBasic); "none" must be written out explicitly.
-	Auth string `json:"auth"`
+	Auth Auth `json:"auth"`
 	// OIDC is what a Pub/Sub push token must say, for AuthOIDC.
 	OIDC *OIDCAuth `json:"oidc,omitempty"`
 	// VerificationTokenEnv names the environment variable that holds the

@@ -243,6 +243,6 @@ func handleGetRoute(o *AdminOptions) http.HandlerFunc {
 				return
 			}
 		}
-		writeProblem(w, http.StatusNotFound, "no route "+strconv.Quote(truncate(name, 64)))
+		writeProblem(w, http.StatusNotFound, "no route "+strconv.Quote(gate.Bound(name, 64)))
 	}
 }

@@ -50,7 +50,7 @@ func (o *IngestOptions) authenticatePubSub(r *http.Request, route *gate.Route) e
 			return err
 		}
 	default:
-		return notConfigured("authenticator " + route.Auth + " for pubsub")
+		return notConfigured("authenticator " + string(route.Auth) + " for pubsub")
 	}
 	if route.VerificationTokenEnv != "" {
 		creds, ok := o.Auth.Credentials[route.Name]

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -164,15 +165,18 @@ func TestExhaustLeaseExtensionsDuringSlowEffect(t *testing.T) {
 	m := msg{ID: "m-slow", Data: "x"}
 	first := make(chan reply, 1)
 	go func() { first <- e.push("slow", m) }()
-	<-entered
-	// The lease's own TTL is two renewal intervals (800ms); wait well past it.
-	time.Sleep(2 * time.Second)
+	testenv.Receive(t, entered, "the delivery never reached the downstream")
+	// The lease was taken for two renewal intervals (800ms). Wait until it
+	// has outlived that, without a clock: renewals come one interval apart, so
+	// the third one is at least 1.2s after the lease was taken. Each shows as
+	// the key's remaining time going up.
+	renewals := leaseRenewals(t, e, 3)
 	second := e.push("slow", m)
 	wantStatus(t, second, http.StatusServiceUnavailable)
 	if second.Body.Reason != "another owner holds the lease" {
-		t.Fatalf("redelivery during the call: %+v (the lease was not renewed)", second.Body)
+		t.Fatalf("redelivery after %d renewals: %+v (the lease was not kept)", renewals, second.Body)
 	}
-	wantStatus(t, <-first, http.StatusServiceUnavailable)
+	wantStatus(t, testenv.Receive(t, first, "the slow delivery was never answered"), http.StatusServiceUnavailable)
 	rec := e.record(e.opID("slow", m))
 	if rec.Operation.State != gate.StateEffectIndeterminate || rec.Operation.LeaseExtensions < 2 {
 		t.Fatalf("state %s after %d lease extensions", rec.Operation.State, rec.Operation.LeaseExtensions)
@@ -240,4 +244,42 @@ func TestEvidenceStoreUnavailableAfterEffectAttempt(t *testing.T) {
 	if n := e.down.effectCalls.Load(); n != 1 {
 		t.Fatalf("downstream called %d times; the unsafe effect was repeated", n)
 	}
+}
+
+// leaseRenewals waits until the one lease in the test's private Redis has
+// been renewed at least want times, watching its remaining time (PTTL) go
+// up, and returns how many renewals it saw. Renewals between two looks count
+// once, which only makes the wait longer. It fails the test if the lease
+// disappears first: a lease that is not renewed expires.
+func leaseRenewals(t *testing.T, e *env, want int) int {
+	t.Helper()
+	ctx := context.Background()
+	renewals, last, seen := 0, time.Duration(-1), false
+	var problem string
+	testenv.Eventually(t, testenv.StepTimeout, func() bool {
+		keys, err := e.rdb.Keys(ctx, "ackgate:*:lease").Result()
+		if err != nil || len(keys) > 1 {
+			problem = fmt.Sprintf("lease keys %v (%v)", keys, err)
+			return false
+		}
+		if len(keys) == 0 {
+			if seen {
+				t.Fatalf("the lease expired after %d renewals while the downstream call was still running", renewals)
+			}
+			problem = "no lease in Redis yet"
+			return false
+		}
+		left, err := e.rdb.PTTL(ctx, keys[0]).Result()
+		if err != nil || left < 0 {
+			problem = fmt.Sprintf("lease %s: PTTL %s (%v)", keys[0], left, err)
+			return false
+		}
+		seen = true
+		if last >= 0 && left > last {
+			renewals++
+		}
+		last = left
+		return renewals >= want
+	}, func() string { return fmt.Sprintf("saw %d lease renewals, want %d; last: %s", renewals, want, problem) })
+	return renewals
 }

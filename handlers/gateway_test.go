@@ -89,22 +89,19 @@ func TestRedeliverAfterSuccessfulAcknowledgment(t *testing.T) {
 func TestConcurrentIdenticalDeliveries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false, routeYAML("orders", "unsafe", "broker", ""))
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
+	const n = 8
+	entered := make(chan struct{}, n)
+	release := testenv.NewRelease(t)
 	e.down.set(func(w http.ResponseWriter, r *http.Request, apply func() string) {
 		entered <- struct{}{}
-		<-release
+		<-release.C
 		answer(w, apply())
 	})
-	const n = 8
 	m := msg{ID: "m-burst", Data: "x"}
 	start := make(chan struct{})
 	results := make(chan int, n)
-	var wg sync.WaitGroup
 	for range n {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			<-start
 			results <- e.push("orders", m).Status
 		}()
@@ -112,14 +109,13 @@ func TestConcurrentIdenticalDeliveries(t *testing.T) {
 	close(start)
 	// n-1 contenders must be turned away while the winner is inside the
 	// downstream call; only then is the winner let go.
-	<-entered
+	testenv.Receive(t, entered, "no delivery reached the downstream")
 	got := map[int]int{}
 	for range n - 1 {
-		got[<-results]++
+		got[testenv.Receive(t, results, fmt.Sprintf("%d of %d contenders answered while the winner held the lease", len(got), n-1))]++
 	}
-	close(release)
-	wg.Wait()
-	got[<-results]++
+	release.Now()
+	got[testenv.Receive(t, results, "the winner was not answered after its downstream call returned")]++
 	if got[http.StatusServiceUnavailable] != n-1 || got[http.StatusNoContent] != 1 {
 		t.Fatalf("statuses = %v, want %d x 503 and 1 x 204", got, n-1)
 	}
@@ -319,21 +315,25 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", ""))
 	entered := make(chan struct{}, 2)
-	releaseFirst := make(chan struct{})
+	releaseFirst := testenv.NewRelease(t)
 	var first sync.Once
 	e.down.set(func(w http.ResponseWriter, r *http.Request, apply func() string) {
 		isFirst := false
 		first.Do(func() { isFirst = true })
-		entered <- struct{}{}
+		select {
+		case entered <- struct{}{}:
+		default: // a call beyond the two expected; the fence checks below catch it
+		}
 		if isFirst {
-			<-releaseFirst
+			<-releaseFirst.C
 		}
 		answer(w, apply())
 	})
 	m := msg{ID: "m-stale", Data: "x"}
 	staleDone := make(chan reply, 1)
 	go func() { staleDone <- e.push("orders", m) }()
-	<-entered // the first owner is inside the downstream call, holding fence 1
+	// The first owner is inside the downstream call, holding fence 1.
+	testenv.Receive(t, entered, "the first delivery never reached the downstream")
 
 	// Redis loses everything: the lease and the fencing counter.
 	if err := e.rdb.FlushAll(context.Background()).Err(); err != nil {
@@ -342,12 +342,12 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	// The redelivery takes over. Its token must beat the ledger's, even though
 	// Redis restarted its counter from zero.
 	wantStatus(t, e.push("orders", m), http.StatusNoContent)
-	<-entered
+	testenv.Receive(t, entered, "the redelivery was acked without a downstream call")
 	id := e.opID("orders", m)
 	winner := e.record(id)
 
-	close(releaseFirst)
-	stale := <-staleDone
+	releaseFirst.Now()
+	stale := testenv.Receive(t, staleDone, "the stale owner was never answered")
 	wantStatus(t, stale, http.StatusServiceUnavailable)
 	if !strings.Contains(stale.Body.Reason, "fenced") {
 		t.Fatalf("stale owner's answer: %+v", stale.Body)
@@ -396,6 +396,8 @@ func TestSendMalformedOrUnsupportedMessages(t *testing.T) {
 		{"no subscription", "orders", `{"message":{"data":"eA==","messageId":"1"}}`, 400},
 		{"wrong types", "orders", `{"message":{"data":5,"messageId":"1"},"subscription":"s"}`, 400},
 		{"trailing data", "orders", `{"message":{"data":"eA==","messageId":"1"},"subscription":"s"} {}`, 400},
+		{"NUL in the message id", "orders", `{"message":{"data":"eA==","messageId":"1\u0000"},"subscription":"projects/p/subscriptions/s"}`, 400},
+		{"NUL in the subscription", "orders", `{"message":{"data":"eA==","messageId":"1"},"subscription":"projects/p/subscriptions/s\u0000"}`, 400},
 		{"oversized", "orders", `{"message":{"data":"` + big + `","messageId":"1"},"subscription":"s"}`, 413},
 		{"unknown route", "nope", string(envelope(msg{ID: "1", Data: "x"})), 404},
 	}

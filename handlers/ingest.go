@@ -71,7 +71,7 @@ func handleReadyz(o *IngestOptions) http.HandlerFunc {
 		if o.Ready != nil {
 			if err := o.Ready(ctx); err != nil {
 				o.Logger.WarnContext(ctx, "not ready", "err", err)
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": truncate(err.Error(), 200)})
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": gate.Bound(err.Error(), 200)})
 				return
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/jsonerr"
 )
 
 // pushEnvelope is Pub/Sub's wrapped push body. Both spellings of the id and
@@ -36,7 +37,7 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var env pushEnvelope
 	if err := dec.Decode(&env); err != nil {
-		return nil, badRequest("body is not a Pub/Sub push envelope: %s", jsonProblem(err))
+		return nil, badRequest("body is not a Pub/Sub push envelope: %s", jsonerr.Describe(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, badRequest("body has data after the envelope")
@@ -93,21 +94,6 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// jsonProblem describes a decoding error without echoing the body back.
-func jsonProblem(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Sprintf("invalid JSON at byte %d", syn.Offset)
-	case errors.As(err, &typ):
-		return fmt.Sprintf("field %q has the wrong type", typ.Field)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "body is empty or truncated"
-	}
-	return "invalid JSON"
 }
 
 func badRequest(format string, args ...any) *Rejection {

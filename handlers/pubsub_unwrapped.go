@@ -96,13 +96,13 @@ func decodePubSubUnwrapped(h http.Header, route *gate.Route, body []byte) (*gate
 			name = strings.ToLower(key)
 		}
 		if len(values) != 1 {
-			return nil, badRequest("attribute header %q is repeated", truncate(name, 64))
+			return nil, badRequest("attribute header %q is repeated", gate.Bound(name, 64))
 		}
 		if attrs == nil {
 			attrs = map[string]string{}
 		}
 		if _, dup := attrs[name]; dup {
-			return nil, badRequest("attribute %q arrives in more than one header", truncate(name, 64))
+			return nil, badRequest("attribute %q arrives in more than one header", gate.Bound(name, 64))
 		}
 		attrs[name] = values[0]
 	}

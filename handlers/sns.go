@@ -86,7 +86,7 @@ func (o *IngestOptions) verifySNS(ctx context.Context, route *gate.Route, m *bro
 		}
 		return o.Auth.SNS.Verify(ctx, m)
 	}
-	return notConfigured("authenticator " + route.Auth + " for sns")
+	return notConfigured("authenticator " + string(route.Auth) + " for sns")
 }
 
 // checkSNSHeaders requires the message type header to agree with the body, and

@@ -60,7 +60,7 @@ func statusFor(o outcome) int {
 // config rollout still on its way, so it must come back: for Pub/Sub a 404 is
 // a nack, for SNS only a 5xx is.
 func unknownRoute(b gate.Broker, name string) outcome {
-	o := outcome{decision: gate.Nack, reason: "unknown route " + strconv.Quote(truncate(name, 64))}
+	o := outcome{decision: gate.Nack, reason: "unknown route " + strconv.Quote(gate.Bound(name, 64))}
 	if b == gate.BrokerPubSub {
 		o.status = http.StatusNotFound
 	} else {
@@ -132,7 +132,7 @@ func writeOutcome(w http.ResponseWriter, o outcome) (status int, sent bool) {
 		if status >= 500 {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 		}
-		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: truncate(o.reason, 300), OperationID: o.operationID, State: o.state})
+		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: gate.Bound(o.reason, gate.MaxReason), OperationID: o.operationID, State: o.state})
 	}
 	return status, http.NewResponseController(w).Flush() == nil
 }
@@ -144,11 +144,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		slog.Debug("writing response failed", "err", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

@@ -249,18 +249,21 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 	}
 
 	// Contention is counted when a delivery finds the lease held.
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}, 1), testenv.NewRelease(t)
 	e.down.set(func(w http.ResponseWriter, _ *http.Request, apply func() string) {
-		close(entered)
-		<-release
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release.C
 		answer(w, apply())
 	})
-	done := make(chan reply)
+	done := make(chan reply, 1)
 	go func() { done <- e.push("orders", msg{ID: "busy", Data: "d"}) }()
-	<-entered
+	testenv.Receive(t, entered, "the first delivery never reached the downstream")
 	wantStatus(t, e.push("orders", msg{ID: "busy", Data: "d"}), http.StatusServiceUnavailable)
-	close(release)
-	<-done
+	release.Now()
+	testenv.Receive(t, done, "the lease holder was not answered after its downstream call returned")
 	if got := metricValue(t, scrape(), "ackgate_reservation_contended_total", map[string]string{"route": "orders"}); got != 1 {
 		t.Fatalf("contention counter = %v, want 1", got)
 	}

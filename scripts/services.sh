@@ -9,6 +9,8 @@
 #     have no systemd.
 #   - The role and database ackgate/ackgate are created only in a local Debian
 #     cluster on port 5432; a Postgres run by someone else is only checked.
+#     The role may create databases and, for the tests' cleanup, end other
+#     sessions in them (pg_signal_backend); it is a development role.
 #
 # Safe to run any number of times. ACKGATE_SERVICES_WAIT bounds each readiness
 # wait (seconds, default 30).
@@ -138,6 +140,15 @@ ensure_role_and_database() {
 		END
 		\$\$;
 		ALTER ROLE $DB_USER WITH LOGIN CREATEDB PASSWORD '$DB_PASSWORD';
+		-- Tests drop their databases WITH (FORCE), which must be allowed to
+		-- end every session inside, an autovacuum worker's too.
+		DO \$\$
+		BEGIN
+		  IF NOT pg_has_role('$DB_USER', 'pg_signal_backend', 'MEMBER') THEN
+		    GRANT pg_signal_backend TO $DB_USER;
+		  END IF;
+		END
+		\$\$;
 	SQL
 	if [[ -z $(psql_admin -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'") ]]; then
 		psql_admin -d postgres -c "CREATE DATABASE $DB_NAME OWNER $DB_USER"

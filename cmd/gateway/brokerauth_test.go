@@ -123,7 +123,7 @@ func TestServeAuthenticatesBrokers(t *testing.T) {
 		t.Fatalf("downstream called %d times, want 2", got)
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Receive(t, done, "serve did not return after its context was cancelled"); err != nil {
 		t.Fatalf("serve returned %v", err)
 	}
 	for _, secret := range []string{"legacy-token-0123"} {

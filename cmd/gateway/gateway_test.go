@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,28 +34,33 @@ func freeAddr(t *testing.T) string {
 }
 
 // blockingDownstream applies effects keyed by Idempotency-Key and, while
-// hold is set, keeps each call waiting until released.
+// hold is set, keeps each call waiting until released (at the latest when the
+// test ends, so that closing the server never waits on a held call).
 type blockingDownstream struct {
 	srv     *httptest.Server
 	calls   atomic.Int64
 	entered chan struct{}
-	release chan struct{}
+	release *testenv.Release
 	hold    atomic.Bool
 }
 
 func newDownstream(t *testing.T) *blockingDownstream {
-	d := &blockingDownstream{entered: make(chan struct{}, 16), release: make(chan struct{})}
+	d := &blockingDownstream{entered: make(chan struct{}, 16)}
 	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := d.calls.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body)
-		d.entered <- struct{}{}
+		select {
+		case d.entered <- struct{}{}:
+		default: // more calls than any test waits for; calls counts them all
+		}
 		if d.hold.Load() {
-			<-d.release
+			<-d.release.C
 		}
 		w.Header().Set("X-Result-Id", fmt.Sprintf("r-%d", n))
 		w.WriteHeader(http.StatusCreated)
 	}))
 	t.Cleanup(d.srv.Close)
+	d.release = testenv.NewRelease(t) // after the server: let go before it closes
 	return d
 }
 
@@ -170,7 +174,7 @@ func TestRunMigrateServeAndShutdown(t *testing.T) {
 		t.Fatalf("ops show of a missing operation: %v", err)
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Receive(t, done, "serve did not return after its context was cancelled"); err != nil {
 		t.Fatalf("serve returned %v", err)
 	}
 	if !strings.Contains(logs.String(), `auth: none`) {
@@ -224,21 +228,17 @@ func TestTwoProcessesOneEffect(t *testing.T) {
 
 	start := make(chan struct{})
 	codes := make(chan int, 2)
-	var wg sync.WaitGroup
 	for _, a := range addrs {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			<-start
-			codes <- pushTo(t, a, "m-twice")
+			codes <- pushQuiet(a, "m-twice")
 		}()
 	}
 	close(start)
-	<-down.entered // one process is inside the downstream call
-	first := <-codes
-	close(down.release)
-	wg.Wait()
-	second := <-codes
+	testenv.Receive(t, down.entered, "neither process reached the downstream")
+	first := testenv.Receive(t, codes, "the process without the lease did not answer while the other held it")
+	down.release.Now()
+	second := testenv.Receive(t, codes, "the lease holder did not answer after its downstream call returned")
 	if first != http.StatusServiceUnavailable || second != http.StatusNoContent {
 		t.Fatalf("answers %d then %d, want 503 while the owner works, then 204", first, second)
 	}
@@ -301,19 +301,17 @@ func TestShutdownNeverAcksUnfinishedWork(t *testing.T) {
 
 			answered := make(chan int, 1)
 			go func() { answered <- pushQuiet(addr, "m-inflight") }()
-			<-down.entered // the delivery is inside its downstream call
-			cancel()       // SIGTERM
+			testenv.Receive(t, down.entered, "the delivery never reached the downstream")
+			cancel() // SIGTERM
 			// New deliveries are refused once the listener is closed.
 			testenv.Eventually(t, 10*time.Second, func() bool { return pushQuiet(addr, "m-late") == 0 },
 				func() string { return "the gateway kept taking deliveries after shutdown began" })
 			if tc.finishes {
-				close(down.release)
+				down.release.Now()
 			}
-			got := <-answered
-			if !tc.finishes {
-				close(down.release)
-			}
-			<-done
+			got := testenv.Receive(t, answered, "the in-flight delivery was neither answered nor cut off")
+			down.release.Now()
+			testenv.Receive(t, done, "serve did not return after its shutdown deadline")
 			if got != tc.wantStatus {
 				t.Fatalf("in-flight delivery got %d, want %d (0: connection cut)", got, tc.wantStatus)
 			}
