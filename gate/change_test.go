@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Each named change sets exactly the fields its step writes: the test spells
@@ -66,7 +67,7 @@ func TestNamedChanges(t *testing.T) {
 func TestChangeReasonIsBounded(t *testing.T) {
 	t.Parallel()
 	c := RetryLaterChange(Settling(&Operation{ID: "op_1", State: StatePendingEffect}, 1, nil, nil, 0), strings.Repeat("é", 400), time.Now())
-	if len(c.Reason) > maxReason {
-		t.Fatalf("reason of %d bytes, bound is %d", len(c.Reason), maxReason)
+	if len(c.Reason) > MaxReason || !utf8.ValidString(c.Reason) {
+		t.Fatalf("reason of %d bytes, bound is %d, or cut a character", len(c.Reason), MaxReason)
 	}
 }

@@ -75,14 +75,8 @@ type InfraError struct {
 func (e *InfraError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *InfraError) Unwrap() error { return e.Err }
 
-const maxReason = 300
-
-func bound(s string) string {
-	if len(s) > maxReason {
-		return s[:maxReason]
-	}
-	return s
-}
+// bound is Bound at the size of a recorded reason.
+func bound(s string) string { return Bound(s, MaxReason) }
 
 // delivery is the per-request working set.
 type delivery struct {
