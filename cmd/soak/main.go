@@ -13,7 +13,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/ackgate/ackgate/internal/soak"
@@ -29,13 +30,33 @@ func main() {
 	}
 }
 
+// wantsShort looks for -short ahead of parsing, since it changes the
+// defaults of every other flag.
+func wantsShort(args []string) bool {
+	short := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if name != "short" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		short = true
+		if hasValue {
+			short, _ = strconv.ParseBool(value)
+		}
+	}
+	return short
+}
+
 // errViolated is returned when the run finished and an invariant is not 0.
 var errViolated = errors.New("invariants violated")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// -short picks the base the other flags then adjust.
 	cfg := soak.DefaultConfig()
-	if slices.Contains(args, "-short") || slices.Contains(args, "--short") {
+	if wantsShort(args) {
 		cfg = soak.ShortConfig()
 	}
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/ackgate/ackgate/internal/testenv"
@@ -110,6 +111,18 @@ func TestFlagsAreChecked(t *testing.T) {
 	} {
 		if err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || errors.Is(err, errViolated) {
 			t.Errorf("run %q = %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestShortPicksTheShortDefaults(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]bool{
+		"-short": true, "--short": true, "-short=true": true, "-short=false": false,
+		"-messages 5": false, "-- -short": false, "-shortish": false,
+	} {
+		if got := wantsShort(strings.Fields(args)); got != want {
+			t.Errorf("wantsShort(%q) = %v, want %v", args, got, want)
 		}
 	}
 }

@@ -127,7 +127,7 @@ func (c *Config) validate() error {
 	case c.Kills < 0 || c.RedisRestarts < 0 || c.PostgresRestarts < 0:
 		return errors.New("fault counts cannot be negative")
 	case c.PostgresRestarts > 0 && c.Postgres != PrivatePostgres:
-		return errors.New("Postgres restarts need the private cluster (-postgres private): a shared server is not the soak's to restart")
+		return errors.New("restarting Postgres needs the private cluster (-postgres private): a shared server is not the soak's to restart")
 	case c.Gateway == "":
 		return errors.New("no gateway binary given")
 	case c.Timeout <= 0:
@@ -409,8 +409,11 @@ func (r *runner) setUp(ctx context.Context) error {
 		return err
 	}
 	r.closers = append(r.closers, r.sim.Close)
-	r.progress("ready: 2 gateways, redis %s, postgres %s, downstream %s, work dir %s",
-		r.redis.addr(), map[bool]string{true: "private cluster", false: "given database"}[r.pg != nil], r.downURL, r.dir)
+	pg := "the given database"
+	if r.pg != nil {
+		pg = "a private cluster"
+	}
+	r.progress("ready: 2 gateways, redis %s, postgres %s, downstream %s, work dir %s", r.redis.addr(), pg, r.downURL, r.dir)
 	return nil
 }
 
@@ -445,8 +448,7 @@ func (r *runner) plan() []planned {
 		return planned{
 			msg: pushsim.Message{
 				Route: rt.name, Subscription: subscription(rt.name), ID: id, Data: data,
-				Attributes:  map[string]string{"googclient_traceparent": "00-" + trace + "-" + randomHex(8) + "-01"},
-				PublishTime: time.Now(),
+				Attributes: map[string]string{"googclient_traceparent": "00-" + trace + "-" + randomHex(8) + "-01"},
 			},
 			intent: Intent{Route: rt.name, MessageID: id, Variant: variant, TraceID: trace, BodySHA256: hex.EncodeToString(sum[:])},
 			after:  i,
