@@ -7,6 +7,8 @@
 #   make build  binaries into $(BIN_DIR)
 #   make lint   vet, gofmt check, staticcheck
 #   make bench  throughput of a delivery through the whole gateway
+#   make soak   crash-and-fault soak: two gateways, 10,000 messages, every
+#               fault; prints the invariants (docs/reliability.md)
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,7 +23,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench
+.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench soak
 
 all: lint build
 
@@ -100,3 +102,14 @@ run: services build
 # the same real services as the tests. Not part of test: figures, not checks.
 bench: services
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./handlers/
+
+# Two gateway processes on a private Postgres cluster and a private Redis,
+# driven by a Pub/Sub push simulator against a faulty downstream, with
+# SIGKILLs, Redis restarts that lose its data and a Postgres crash. Exits
+# non-zero when an invariant is not 0. `make test` runs a short soak instead
+# (TestShortSoak in internal/soak). Extra flags: SOAK_FLAGS (bin/soak -h).
+SOAK_MESSAGES ?= 10000
+SOAK_FLAGS ?=
+
+soak: services build
+	$(BIN_DIR)/soak -gateway $(BIN_DIR)/gateway -messages $(SOAK_MESSAGES) $(SOAK_FLAGS)

@@ -1,0 +1,283 @@
+package soak
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// The checker works on three independent records of one run and trusts none
+// of them alone: what the broker saw (Intent), what the downstream applied
+// (Effect), and what the gateway's ledger says (LedgerOp). It is a pure
+// function so that each invariant can be shown to fire on made-up records.
+
+// Intent is one published payload: a message id with its data. A key reused
+// with a changed payload is a second Intent under the same message id.
+type Intent struct {
+	Route     string
+	MessageID string
+	// Variant is 0 for the first payload published under the message id, 1
+	// for a changed one.
+	Variant int
+	// TraceID is the trace the publisher attached to the message; the gateway
+	// continues it, so the ledger's delivery rows carry it.
+	TraceID    string
+	BodySHA256 string
+	// Acked: the broker received an ack for it. DeadLettered: the broker's
+	// own dead-letter policy took it after its last nacked delivery.
+	Acked        bool
+	DeadLettered bool
+}
+
+func (i Intent) name() string { return fmt.Sprintf("%s/%s#%d", i.Route, i.MessageID, i.Variant) }
+
+// Effect is one effect the downstream applied (not a deduplicated replay).
+type Effect struct {
+	Route      string
+	Key        string
+	ResultID   string
+	BodySHA256 string
+}
+
+// KeyReuse is a deduplicating downstream seeing a key again with a different
+// body: a changed payload sent under an existing idempotency key.
+type KeyReuse struct{ Route, Key string }
+
+// LedgerOp is an operation or conflict record as the ledger holds it.
+type LedgerOp struct {
+	ID             string
+	Route          string
+	Key            string
+	IdempotencyKey string
+	State          string
+	ResultID       string
+	ConflictOf     string
+	Reason         string
+	// Attempts counts the effect attempts recorded for it.
+	Attempts int
+	// DeadLetter is the reason in the gateway's dead-letter table; "" when it
+	// has no dead letter.
+	DeadLetter string
+}
+
+// Inputs are the three records.
+type Inputs struct {
+	Intents  []Intent
+	Effects  []Effect
+	KeyReuse []KeyReuse
+	Ops      map[string]LedgerOp
+	// TraceOps maps a trace id to the ids of the records whose delivery rows
+	// carry it.
+	TraceOps map[string][]string
+}
+
+// Accounting sorts every intent into the one place it ended up.
+type Accounting struct {
+	// AckedWithEvidence: acked, and the ledger's result id is an effect the
+	// downstream applied for this very payload.
+	AckedWithEvidence int
+	// DeadLettered: acked because the gateway dead-lettered it with a reason.
+	DeadLettered int
+	// The lanes of intents not acked, each known to the ledger.
+	Indeterminate, Terminal, Conflicting, Pending int
+	// ConfirmedUnacked: the effect is confirmed with evidence but the broker
+	// gave up before an ack reached it.
+	ConfirmedUnacked int
+	// Orphans are ledger records no published message's delivery points at.
+	Orphans int
+}
+
+// Invariant is one count that must be zero, with a few examples when not.
+type Invariant struct {
+	Name     string
+	Count    int
+	Examples []string
+}
+
+// Verdict is the checker's answer.
+type Verdict struct {
+	Accounting
+	TwoEffects, AcksWithoutEffect, ConflictsExecuted, Unaccounted Invariant
+}
+
+// Invariants lists the four in a fixed order.
+func (v *Verdict) Invariants() []Invariant {
+	return []Invariant{v.TwoEffects, v.AcksWithoutEffect, v.ConflictsExecuted, v.Unaccounted}
+}
+
+// Violations is the sum of the invariants.
+func (v *Verdict) Violations() int {
+	n := 0
+	for _, inv := range v.Invariants() {
+		n += inv.Count
+	}
+	return n
+}
+
+const maxExamples = 5
+
+// findings collects offending items by id, so one incident found two ways is
+// counted once.
+type findings map[string]string
+
+func (f findings) add(id, format string, args ...any) {
+	if _, ok := f[id]; !ok {
+		f[id] = fmt.Sprintf(format, args...)
+	}
+}
+
+func (f findings) invariant(name string) Invariant {
+	inv := Invariant{Name: name, Count: len(f)}
+	ids := make([]string, 0, len(f))
+	for id := range f {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids[:min(len(ids), maxExamples)] {
+		inv.Examples = append(inv.Examples, f[id])
+	}
+	return inv
+}
+
+// State classes, by what the gateway answers for them.
+var (
+	confirmedStates = []string{"effect_confirmed", "ack_pending", "acknowledged"}
+	pendingStates   = []string{"received", "reserved", "pending_effect"}
+)
+
+// Check computes the invariants.
+//
+//   - keys with two effects: a (route, idempotency key) the downstream applied
+//     more than once, or one payload applied under two keys. A deduplicating
+//     downstream's replays are not applications, so for the idempotent shape
+//     this counts distinct applications; for a downstream without dedupe every
+//     call that applied counts.
+//   - acks without an effect: an intent acked (or recorded as confirmed, which
+//     the next delivery acks) while the downstream has no effect with the
+//     ledger's result id for that payload, or while the ledger shows neither
+//     confirmed evidence nor a dead letter.
+//   - conflicts executed: a changed payload under a reused key that reached the
+//     downstream beside the original, a conflict record that moved past
+//     conflicting or has attempts or a result, a changed payload sent under
+//     the original's idempotency key, or one payload answered from two records.
+//   - messages not accounted for: an intent the ledger does not know, or knows
+//     only in a lane without a reason.
+func Check(in Inputs) Verdict {
+	var v Verdict
+	two, noEffect, conflicts, lost := findings{}, findings{}, findings{}, findings{}
+
+	byKey := map[string][]Effect{}
+	keysBySHA := map[string]map[string]bool{}
+	for _, e := range in.Effects {
+		k := e.Route + " " + e.Key
+		byKey[k] = append(byKey[k], e)
+		if keysBySHA[e.BodySHA256] == nil {
+			keysBySHA[e.BodySHA256] = map[string]bool{}
+		}
+		keysBySHA[e.BodySHA256][k] = true
+	}
+	for k, apps := range byKey {
+		if len(apps) > 1 {
+			two.add("key "+k, "route %s key %s applied %d times", apps[0].Route, apps[0].Key, len(apps))
+		}
+	}
+	for sha, keys := range keysBySHA {
+		if len(keys) > 1 {
+			two.add("body "+sha, "one payload (sha256 %.12s) applied under %d keys", sha, len(keys))
+		}
+	}
+
+	linked := map[string]bool{}
+	groups := map[string][]Intent{}
+	for _, it := range in.Intents {
+		groups[it.Route+" "+it.MessageID] = append(groups[it.Route+" "+it.MessageID], it)
+		ids := slices.Compact(slices.Sorted(slices.Values(in.TraceOps[it.TraceID])))
+		for _, id := range ids {
+			linked[id] = true
+		}
+		switch {
+		case len(ids) > 1:
+			conflicts.add("intent "+it.name(), "%s was answered from %d records: %s", it.name(), len(ids), strings.Join(ids, ", "))
+			continue
+		case len(ids) == 0 || in.Ops[ids[0]].ID == "":
+			if it.Acked {
+				noEffect.add("intent "+it.name(), "%s acked, and the ledger has no record of it", it.name())
+			} else {
+				lost.add("intent "+it.name(), "%s: the ledger has no record of it", it.name())
+			}
+			continue
+		}
+		op := in.Ops[ids[0]]
+		switch {
+		case slices.Contains(confirmedStates, op.State):
+			if !appliedFor(byKey[op.Route+" "+op.IdempotencyKey], op.ResultID, it.BodySHA256) {
+				noEffect.add("intent "+it.name(), "%s: ledger %s is %s with result %q, which the downstream never applied for this payload",
+					it.name(), op.ID, op.State, op.ResultID)
+			} else if it.Acked {
+				v.AckedWithEvidence++
+			} else {
+				v.ConfirmedUnacked++
+			}
+		case it.Acked && op.DeadLetter != "" && (op.State == "terminal_failure" || op.State == "conflicting"):
+			v.DeadLettered++
+		case it.Acked:
+			noEffect.add("intent "+it.name(), "%s acked while ledger %s is %s without a dead letter", it.name(), op.ID, op.State)
+		case op.Reason == "" && !slices.Contains(pendingStates, op.State):
+			lost.add("intent "+it.name(), "%s: ledger %s is %s without a reason", it.name(), op.ID, op.State)
+		case op.State == "effect_indeterminate":
+			v.Indeterminate++
+		case op.State == "terminal_failure":
+			v.Terminal++
+		case op.State == "conflicting":
+			v.Conflicting++
+		case slices.Contains(pendingStates, op.State):
+			v.Pending++
+		default:
+			lost.add("intent "+it.name(), "%s: ledger %s is in unknown state %q", it.name(), op.ID, op.State)
+		}
+	}
+
+	for g, intents := range groups {
+		applied := map[string]bool{}
+		for _, it := range intents {
+			if keysBySHA[it.BodySHA256] != nil {
+				applied[it.name()] = true
+			}
+		}
+		if len(applied) > 1 {
+			conflicts.add("group "+g, "%s: %d payloads under one key were applied", g, len(applied))
+		}
+	}
+	for _, op := range in.Ops {
+		if !linked[op.ID] {
+			v.Orphans++
+		}
+		if op.ConflictOf == "" {
+			continue
+		}
+		if op.Attempts > 0 || op.ResultID != "" || (op.State != "received" && op.State != "conflicting") {
+			conflicts.add("record "+op.ID, "conflict record %s is %s with %d attempts and result %q", op.ID, op.State, op.Attempts, op.ResultID)
+		}
+	}
+	for _, kr := range in.KeyReuse {
+		conflicts.add("reuse "+kr.Route+" "+kr.Key, "route %s: key %s was sent again with a different payload", kr.Route, kr.Key)
+	}
+
+	v.TwoEffects = two.invariant("keys with two effects")
+	v.AcksWithoutEffect = noEffect.invariant("acks without an effect")
+	v.ConflictsExecuted = conflicts.invariant("conflicts executed")
+	v.Unaccounted = lost.invariant("messages not accounted for")
+	return v
+}
+
+// appliedFor reports whether one of a key's effects carries the result id and
+// was applied for the payload with that digest.
+func appliedFor(effects []Effect, resultID, sha string) bool {
+	for _, e := range effects {
+		if e.ResultID == resultID && e.BodySHA256 == sha {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,160 @@
+package soak
+
+import (
+	"maps"
+	"strings"
+	"testing"
+)
+
+// healthy is a run in which every invariant holds: an acked idempotent
+// effect, an unsafe one left indeterminate, a lookup effect acked with a
+// changed payload under its key dead-lettered as a conflict, a poisoned
+// message dead-lettered, and one still pending.
+func healthy() Inputs {
+	return Inputs{
+		Intents: []Intent{
+			{Route: "idem", MessageID: "m1", TraceID: "t1", BodySHA256: "s1", Acked: true},
+			{Route: "unsafe", MessageID: "m2", TraceID: "t2", BodySHA256: "s2", DeadLettered: true},
+			{Route: "lookup", MessageID: "m3", TraceID: "t3", BodySHA256: "s3", Acked: true},
+			{Route: "lookup", MessageID: "m3", Variant: 1, TraceID: "t4", BodySHA256: "s4", Acked: true},
+			{Route: "idem", MessageID: "m5", TraceID: "t5", BodySHA256: "s5", Acked: true},
+			{Route: "unsafe", MessageID: "m6", TraceID: "t6", BodySHA256: "s6"},
+			{Route: "idem", MessageID: "m7", TraceID: "t7", BodySHA256: "s7", DeadLettered: true},
+		},
+		Effects: []Effect{
+			{Route: "idem", Key: "ik1", ResultID: "r1", BodySHA256: "s1"},
+			{Route: "unsafe", Key: "ik2", ResultID: "r2", BodySHA256: "s2"},
+			{Route: "lookup", Key: "ik3", ResultID: "r3", BodySHA256: "s3"},
+			{Route: "idem", Key: "ik7", ResultID: "r7", BodySHA256: "s7"},
+		},
+		Ops: map[string]LedgerOp{
+			"op1": {ID: "op1", Route: "idem", IdempotencyKey: "ik1", State: "acknowledged", ResultID: "r1", Attempts: 2, Reason: "confirmed"},
+			"op2": {ID: "op2", Route: "unsafe", IdempotencyKey: "ik2", State: "effect_indeterminate", Attempts: 1, Reason: "response lost"},
+			"op3": {ID: "op3", Route: "lookup", IdempotencyKey: "ik3", State: "ack_pending", ResultID: "r3", Attempts: 1},
+			"cf3": {ID: "cf3", Route: "lookup", State: "conflicting", ConflictOf: "op3", Reason: "key reused", DeadLetter: "key reused"},
+			"op5": {ID: "op5", Route: "idem", IdempotencyKey: "ik5", State: "terminal_failure", Attempts: 1, Reason: "422", DeadLetter: "422"},
+			"op6": {ID: "op6", Route: "unsafe", IdempotencyKey: "ik6", State: "pending_effect"},
+			// Confirmed, but the broker gave up before it heard the ack.
+			"op7": {ID: "op7", Route: "idem", IdempotencyKey: "ik7", State: "effect_confirmed", ResultID: "r7", Attempts: 1},
+		},
+		TraceOps: map[string][]string{
+			"t1": {"op1", "op1"}, "t2": {"op2"}, "t3": {"op3"}, "t4": {"cf3"}, "t5": {"op5"}, "t6": {"op6"}, "t7": {"op7"},
+		},
+	}
+}
+
+func TestCheckAccountsForAHealthyRun(t *testing.T) {
+	t.Parallel()
+	v := Check(healthy())
+	if n := v.Violations(); n != 0 {
+		t.Fatalf("violations %d in a healthy run: %+v", n, v.Invariants())
+	}
+	want := Accounting{AckedWithEvidence: 2, DeadLettered: 2, Indeterminate: 1, Pending: 1, ConfirmedUnacked: 1}
+	if v.Accounting != want {
+		t.Fatalf("accounting %+v, want %+v", v.Accounting, want)
+	}
+	names := []string{}
+	for _, inv := range v.Invariants() {
+		names = append(names, inv.Name)
+	}
+	if got := strings.Join(names, ", "); got != "keys with two effects, acks without an effect, conflicts executed, messages not accounted for" {
+		t.Fatalf("invariants %s", got)
+	}
+}
+
+// Each breakage must raise exactly the invariant it violates.
+func TestCheckCatchesEachViolation(t *testing.T) {
+	t.Parallel()
+	setOp := func(in *Inputs, id string, f func(*LedgerOp)) {
+		op := in.Ops[id]
+		f(&op)
+		in.Ops[id] = op
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(in *Inputs)
+		want   string // the invariant that must count 1
+	}{
+		{"an idempotent key applied twice", func(in *Inputs) {
+			in.Effects = append(in.Effects, Effect{Route: "idem", Key: "ik1", ResultID: "r1b", BodySHA256: "s1"})
+		}, "keys with two effects"},
+		{"an unsafe key applied twice (no dedupe)", func(in *Inputs) {
+			in.Effects = append(in.Effects, Effect{Route: "unsafe", Key: "ik2", ResultID: "r2b", BodySHA256: "s2"})
+		}, "keys with two effects"},
+		{"one payload applied under two keys", func(in *Inputs) {
+			in.Effects = append(in.Effects, Effect{Route: "idem", Key: "ik-other", ResultID: "rx", BodySHA256: "s1"})
+		}, "keys with two effects"},
+		{"acked, downstream never applied it", func(in *Inputs) {
+			in.Effects = in.Effects[1:]
+		}, "acks without an effect"},
+		{"acked with a result id the downstream never gave", func(in *Inputs) {
+			setOp(in, "op1", func(op *LedgerOp) { op.ResultID = "r-made-up" })
+		}, "acks without an effect"},
+		{"confirmed in the ledger, never applied", func(in *Inputs) {
+			in.Effects = in.Effects[:3]
+		}, "acks without an effect"},
+		{"acked while the effect is pending", func(in *Inputs) {
+			in.Intents[5].Acked = true
+		}, "acks without an effect"},
+		{"acked while indeterminate", func(in *Inputs) {
+			in.Intents[1].Acked = true
+		}, "acks without an effect"},
+		{"acked as terminal without a dead letter", func(in *Inputs) {
+			setOp(in, "op5", func(op *LedgerOp) { op.DeadLetter = "" })
+		}, "acks without an effect"},
+		{"acked with no ledger record", func(in *Inputs) {
+			delete(in.TraceOps, "t1")
+		}, "acks without an effect"},
+		{"the changed payload reached the downstream", func(in *Inputs) {
+			in.Effects = append(in.Effects, Effect{Route: "lookup", Key: "ik4", ResultID: "r4", BodySHA256: "s4"})
+		}, "conflicts executed"},
+		{"a conflict record was attempted", func(in *Inputs) {
+			setOp(in, "cf3", func(op *LedgerOp) { op.Attempts = 1 })
+		}, "conflicts executed"},
+		{"the changed payload was sent under the original's key", func(in *Inputs) {
+			in.KeyReuse = append(in.KeyReuse, KeyReuse{Route: "idem", Key: "ik1"})
+		}, "conflicts executed"},
+		{"the changed payload was answered from the original", func(in *Inputs) {
+			in.TraceOps["t4"] = []string{"cf3", "op3"}
+		}, "conflicts executed"},
+		{"a nacked message the ledger never heard of", func(in *Inputs) {
+			delete(in.TraceOps, "t2")
+		}, "messages not accounted for"},
+		{"a lane without a reason", func(in *Inputs) {
+			setOp(in, "op2", func(op *LedgerOp) { op.Reason = "" })
+		}, "messages not accounted for"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := healthy()
+			in.Ops = maps.Clone(in.Ops)
+			in.TraceOps = maps.Clone(in.TraceOps)
+			tc.damage(&in)
+			v := Check(in)
+			for _, inv := range v.Invariants() {
+				want := 0
+				if inv.Name == tc.want {
+					want = 1
+				}
+				if inv.Count != want {
+					t.Errorf("%s = %d, want %d (examples %q)", inv.Name, inv.Count, want, inv.Examples)
+				}
+				if inv.Count > 0 && len(inv.Examples) == 0 {
+					t.Errorf("%s counted without an example", inv.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckBoundsExamples(t *testing.T) {
+	t.Parallel()
+	in := Inputs{Ops: map[string]LedgerOp{}, TraceOps: map[string][]string{}}
+	for i := range 20 {
+		in.Intents = append(in.Intents, Intent{Route: "r", MessageID: string(rune('a' + i)), TraceID: "none"})
+	}
+	v := Check(in)
+	if v.Unaccounted.Count != 20 || len(v.Unaccounted.Examples) != maxExamples {
+		t.Fatalf("unaccounted %d with %d examples", v.Unaccounted.Count, len(v.Unaccounted.Examples))
+	}
+}

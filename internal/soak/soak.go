@@ -1,0 +1,662 @@
+// Package soak runs ackgate under crashes and faults and then checks, from
+// records that do not depend on each other, that the gateway kept its
+// promise: no effect applied twice, no ack without an effect, no conflicting
+// payload executed, and every message accounted for.
+//
+// A run is two `gateway serve` processes on one Postgres and one Redis,
+// driven by a Pub/Sub push simulator (pushsim) and calling a downstream that
+// injects faults and keeps its own record of every effect (faultydown).
+// While messages flow, the run SIGKILLs and restarts each gateway, restarts
+// Redis with its data lost and, with a private cluster, crashes and restarts
+// Postgres. It uses only the gateway binary, its routes file and the ledger's
+// tables, so it measures the product as deployed, not its internals.
+//
+// docs/reliability.md explains what a passing run shows and what it does not.
+package soak
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackgate/ackgate/internal/soak/faultydown"
+	"github.com/ackgate/ackgate/internal/soak/pushsim"
+)
+
+// AckDeadline is the subscriptions' ack deadline, Pub/Sub's default and the
+// shortest it allows. The simulator uses it as the push request timeout and
+// the routes declare it.
+const AckDeadline = 10 * time.Second
+
+// PrivatePostgres asks for a cluster of the soak's own.
+const PrivatePostgres = "private"
+
+// Config is one run.
+type Config struct {
+	// Gateway is the path of a built gateway binary.
+	Gateway string
+	// Postgres is PrivatePostgres, or the URL of an empty database to use as
+	// it is. Postgres restarts need the private cluster.
+	Postgres string
+	// PGBinDir holds initdb and postgres; found when empty.
+	PGBinDir string
+	// RedisServer is the redis-server binary.
+	RedisServer string
+	// WorkDir receives the routes file and the logs; a temporary directory
+	// when empty, removed after a run whose invariants all hold.
+	WorkDir string
+
+	Messages int
+	// Rate is messages published per second; Concurrency caps push requests
+	// in flight.
+	Rate        float64
+	Concurrency int
+
+	// Faults during publication, spread evenly over it.
+	Kills, RedisRestarts, PostgresRestarts int
+	// RestartPause is how long a killed gateway stays down.
+	RestartPause time.Duration
+
+	// Downstream faults; SlowDelay is set past the ack deadline by Run.
+	Faults faultydown.Faults
+	// PoisonRate: messages the downstream always refuses (half terminal,
+	// half retryable). ReuseRate: messages published again under the same id
+	// with a changed payload.
+	PoisonRate, ReuseRate float64
+	// Broker habits.
+	DuplicateRate, RedeliverAfterAckRate float64
+	MinBackoff, MaxBackoff               time.Duration
+	MaxDeliveryAttempts                  int
+
+	Seed uint64
+	// Broken makes the downstream lie, to show the checker catches it.
+	Broken faultydown.Broken
+	// Timeout bounds the whole run.
+	Timeout time.Duration
+	// Progress receives a line per fault and a status line now and then.
+	Progress io.Writer
+}
+
+// DefaultConfig is the full soak behind `make soak`.
+func DefaultConfig() Config {
+	return Config{
+		Gateway:  "bin/gateway",
+		Postgres: PrivatePostgres,
+		Messages: 10000, Rate: 120, Concurrency: 32,
+		Kills: 8, RedisRestarts: 2, PostgresRestarts: 1, RestartPause: time.Second,
+		Faults:     faultydown.Faults{Status5xx: 0.04, LoseResponse: 0.03, Slow: 0.01, LookupDown: 0.1},
+		PoisonRate: 0.01, ReuseRate: 0.02, DuplicateRate: 0.05, RedeliverAfterAckRate: 0.03,
+		MinBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second, MaxDeliveryAttempts: 20,
+		Seed: 1, Timeout: 30 * time.Minute,
+	}
+}
+
+// ShortConfig is the soak inside `make test`: a few hundred messages, one
+// gateway kill, one Redis restart, no Postgres restart.
+func ShortConfig() Config {
+	c := DefaultConfig()
+	c.Messages, c.Rate = 300, 60
+	c.Kills, c.RedisRestarts, c.PostgresRestarts = 1, 1, 0
+	c.MinBackoff, c.MaxBackoff, c.MaxDeliveryAttempts = 100*time.Millisecond, 2*time.Second, 12
+	c.Timeout = 5 * time.Minute
+	return c
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Messages < 1:
+		return errors.New("messages must be at least 1")
+	case c.Rate <= 0:
+		return errors.New("rate must be positive")
+	case c.Kills < 0 || c.RedisRestarts < 0 || c.PostgresRestarts < 0:
+		return errors.New("fault counts cannot be negative")
+	case c.PostgresRestarts > 0 && c.Postgres != PrivatePostgres:
+		return errors.New("restarting Postgres needs the private cluster (-postgres private): a shared server is not the soak's to restart")
+	case c.Gateway == "":
+		return errors.New("no gateway binary given")
+	case c.Timeout <= 0:
+		return errors.New("timeout must be positive")
+	}
+	if _, err := os.Stat(c.Gateway); err != nil {
+		return fmt.Errorf("gateway binary: %w (build it with `make build`)", err)
+	}
+	return nil
+}
+
+// route is one route of the soak's routes file and its downstream endpoint.
+type route struct {
+	name     string
+	shape    string
+	endpoint faultydown.Endpoint
+	// deadLetter is the route's dead-letter policy.
+	deadLetter string
+}
+
+// The three shapes: a provider that deduplicates by key, one that does not
+// but answers lookups, and one that does neither. The dead-letter policies
+// differ so that both are exercised.
+var routes = []route{
+	{"soak-idempotent", "idempotent", faultydown.Endpoint{Name: "idempotent", Dedupe: true}, "gateway"},
+	{"soak-lookup", "lookup", faultydown.Endpoint{Name: "lookup", Lookup: true}, "broker"},
+	{"soak-unsafe", "unsafe", faultydown.Endpoint{Name: "unsafe"}, "gateway"},
+}
+
+func subscription(r string) string { return "projects/soak/subscriptions/" + r }
+
+// routesYAML is the routes file. The effect timeout is well inside the ack
+// deadline, so a slow downstream is given up on and the gateway still
+// answers (nack) before the broker stops waiting.
+func routesYAML(downstream string) string {
+	out := "# Written by the soak (internal/soak) for one run.\nroutes:\n"
+	for _, r := range routes {
+		out += fmt.Sprintf(`  - name: %s
+    broker: pubsub
+    auth: none
+    sources: [%s]
+    fingerprint:
+      version: 1
+      data: true
+    effect:
+      url: %s/%s/effects
+      timeout: 3s
+      result_id_header: X-Result-Id
+`, r.name, subscription(r.name), downstream, r.endpoint.Name)
+		if r.endpoint.Lookup {
+			out += fmt.Sprintf("      lookup_url: %s/%s/effects/{key}\n", downstream, r.endpoint.Name)
+		}
+		out += fmt.Sprintf("    shape: %s\n", r.shape)
+		if r.shape == "idempotent" {
+			out += "    dedupe_window: 24h\n"
+		}
+		out += fmt.Sprintf(`    max_attempts: 4
+    dead_letter: %s
+    ack_deadline: %s
+    renewal:
+      interval: 2s
+      max_extension: 10s
+`, r.deadLetter, AckDeadline)
+	}
+	return out
+}
+
+// Report is a finished run.
+type Report struct {
+	Config           Config
+	Publish, Total   time.Duration
+	Messages, Reused int
+	Poisoned         map[string]int
+	// Faults carried out.
+	Kills            []int // per gateway
+	RedisRestarts    int
+	PostgresRestarts int
+	Broker           pushsim.Stats
+	Downstream       []faultydown.EndpointRecord
+	Verdict          Verdict
+	// KeptDir holds the logs when the run did not pass.
+	KeptDir string
+}
+
+// Run performs one soak. A non-nil error means the run itself could not be
+// carried out; violated invariants are in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	r := &runner{cfg: cfg, report: &Report{Config: cfg, Poisoned: map[string]int{}, Kills: make([]int, 2)}}
+	defer r.cleanup()
+	if err := r.setUp(ctx); err != nil {
+		r.keep = true
+		return nil, fmt.Errorf("soak: %w (logs in %s)", err, r.dir)
+	}
+	if err := r.drive(ctx); err != nil {
+		r.keep = true
+		return nil, fmt.Errorf("soak: %w (logs in %s)", err, r.dir)
+	}
+	if err := r.check(ctx); err != nil {
+		r.keep = true
+		return nil, fmt.Errorf("soak: %w (logs in %s)", err, r.dir)
+	}
+	if r.report.Verdict.Violations() > 0 {
+		r.keep = true
+		r.report.KeptDir = r.dir
+	}
+	return r.report, nil
+}
+
+type runner struct {
+	cfg    Config
+	report *Report
+	start  time.Time
+
+	dir, ownDir string // ownDir is set when the soak created dir
+	keep        bool
+	closers     []func()
+
+	down     *faultydown.Server
+	downURL  string
+	redis    *redisServer
+	pg       *pgCluster
+	dbURL    string
+	gateways []*gatewayProc
+	sim      *pushsim.Sim
+	intents  []Intent
+	handles  []int
+}
+
+func (r *runner) progress(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Progress, "soak %6.1fs: %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) cleanup() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+	if r.ownDir != "" && !r.keep {
+		os.RemoveAll(r.ownDir)
+	}
+}
+
+func (r *runner) logFile(name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(r.dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	r.closers = append(r.closers, func() { f.Close() })
+	return f, nil
+}
+
+func (r *runner) setUp(ctx context.Context) error {
+	r.start = time.Now()
+	r.dir = r.cfg.WorkDir
+	if r.dir == "" {
+		d, err := os.MkdirTemp("", "ackgate-soak-")
+		if err != nil {
+			return err
+		}
+		r.dir, r.ownDir = d, d
+	}
+	if err := os.MkdirAll(filepath.Join(r.dir, "redis"), 0o755); err != nil {
+		return err
+	}
+
+	f := r.cfg.Faults
+	f.SlowDelay = AckDeadline + time.Second
+	eps := make([]faultydown.Endpoint, len(routes))
+	for i, rt := range routes {
+		eps[i] = rt.endpoint
+	}
+	r.down = faultydown.New(eps, f, r.cfg.Broken, r.cfg.Seed)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r.down, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	r.closers = append(r.closers, func() { srv.Close() })
+	r.downURL = "http://" + ln.Addr().String()
+
+	redisLog, err := r.logFile("redis.log")
+	if err != nil {
+		return err
+	}
+	bin := r.cfg.RedisServer
+	if bin == "" {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			bin = "/usr/bin/redis-server"
+		}
+	}
+	if r.redis, err = startRedis(ctx, bin, filepath.Join(r.dir, "redis"), redisLog); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, r.redis.stop)
+
+	if r.cfg.Postgres == PrivatePostgres {
+		binDir, err := pgBinDir(r.cfg.PGBinDir)
+		if err != nil {
+			return err
+		}
+		pgLog, err := r.logFile("postgres.log")
+		if err != nil {
+			return err
+		}
+		if r.pg, err = startPostgres(ctx, binDir, pgLog); err != nil {
+			return err
+		}
+		r.closers = append(r.closers, r.pg.cleanup)
+		if r.dbURL, err = createDatabase(ctx, r.pg.url("postgres"), "soak"); err != nil {
+			return err
+		}
+	} else {
+		r.dbURL = r.cfg.Postgres
+	}
+
+	routesFile := filepath.Join(r.dir, "routes.yaml")
+	if err := os.WriteFile(routesFile, []byte(routesYAML(r.downURL)), 0o644); err != nil {
+		return err
+	}
+	settings := map[string]string{
+		"GATEWAY_DATABASE_URL":     r.dbURL,
+		"GATEWAY_REDIS_URL":        "redis://" + r.redis.addr() + "/0",
+		"GATEWAY_ROUTES_FILE":      routesFile,
+		"GATEWAY_ADMIN_TOKEN":      "soak-admin-token-0123456789",
+		"GATEWAY_SHUTDOWN_TIMEOUT": "15s",
+		"GATEWAY_LOG_LEVEL":        "warn",
+	}
+	if err := runGateway(ctx, r.cfg.Gateway, gatewayEnv(settings), "migrate"); err != nil {
+		return err
+	}
+	for i := range 2 {
+		listen, err := freePort()
+		if err != nil {
+			return err
+		}
+		admin, err := freePort()
+		if err != nil {
+			return err
+		}
+		s := map[string]string{
+			"GATEWAY_LISTEN_ADDR": "127.0.0.1:" + strconv.Itoa(listen),
+			"GATEWAY_ADMIN_ADDR":  "127.0.0.1:" + strconv.Itoa(admin),
+			"GATEWAY_INSTANCE_ID": fmt.Sprintf("soak-gateway-%d", i+1),
+		}
+		for k, v := range settings {
+			s[k] = v
+		}
+		log, err := r.logFile(fmt.Sprintf("gateway-%d.log", i+1))
+		if err != nil {
+			return err
+		}
+		g := &gatewayProc{name: fmt.Sprintf("gateway %d", i+1), bin: r.cfg.Gateway, env: gatewayEnv(s), listen: s["GATEWAY_LISTEN_ADDR"], log: log}
+		if err := g.start(ctx); err != nil {
+			return err
+		}
+		r.closers = append(r.closers, g.stop)
+		r.gateways = append(r.gateways, g)
+	}
+
+	endpoints := make([]string, len(r.gateways))
+	for i, g := range r.gateways {
+		endpoints[i] = "http://" + g.listen
+	}
+	r.sim, err = pushsim.New(pushsim.Config{
+		Endpoints: endpoints, AckDeadline: AckDeadline,
+		MinBackoff: r.cfg.MinBackoff, MaxBackoff: r.cfg.MaxBackoff, MaxDeliveryAttempts: r.cfg.MaxDeliveryAttempts,
+		DuplicateRate: r.cfg.DuplicateRate, RedeliverAfterAckRate: r.cfg.RedeliverAfterAckRate,
+		RedeliverAfterAckDelay: 2 * time.Second, Concurrency: r.cfg.Concurrency, Seed: r.cfg.Seed,
+	})
+	if err != nil {
+		return err
+	}
+	r.closers = append(r.closers, r.sim.Close)
+	pg := "the given database"
+	if r.pg != nil {
+		pg = "a private cluster"
+	}
+	r.progress("ready: 2 gateways, redis %s, postgres %s, downstream %s, work dir %s", r.redis.addr(), pg, r.downURL, r.dir)
+	return nil
+}
+
+// planned is a message ready to publish.
+type planned struct {
+	msg    pushsim.Message
+	intent Intent
+	// after is the index of the message it follows (for a changed payload
+	// under a reused key).
+	after int
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *runner) plan() []planned {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, r.cfg.Seed+1))
+	run := randomHex(4)
+	var out, reused []planned
+	mk := func(i, variant int, rt route, poison string) planned {
+		id := fmt.Sprintf("soak-%s-%05d", run, i)
+		doc := map[string]any{"id": id, "n": i, "variant": variant}
+		if poison != "" {
+			doc["poison"] = poison
+		}
+		data, _ := json.Marshal(doc)
+		sum := sha256.Sum256(data)
+		trace := randomHex(16)
+		return planned{
+			msg: pushsim.Message{
+				Route: rt.name, Subscription: subscription(rt.name), ID: id, Data: data,
+				Attributes: map[string]string{"googclient_traceparent": "00-" + trace + "-" + randomHex(8) + "-01"},
+			},
+			intent: Intent{Route: rt.name, MessageID: id, Variant: variant, TraceID: trace, BodySHA256: hex.EncodeToString(sum[:])},
+			after:  i,
+		}
+	}
+	for i := range r.cfg.Messages {
+		rt := routes[i%len(routes)]
+		poison := ""
+		if rng.Float64() < r.cfg.PoisonRate {
+			poison = []string{"terminal", "retryable"}[rng.IntN(2)]
+			r.report.Poisoned[poison]++
+		}
+		out = append(out, mk(i, 0, rt, poison))
+		if rng.Float64() < r.cfg.ReuseRate {
+			p := mk(i, 1, rt, "")
+			// Up to about a second later: sometimes while the original is in
+			// flight, sometimes after it was acked.
+			p.after = i + rng.IntN(int(r.cfg.Rate)+1)
+			reused = append(reused, p)
+		}
+	}
+	sort.SliceStable(reused, func(a, b int) bool { return reused[a].after < reused[b].after })
+	r.report.Messages, r.report.Reused = len(out), len(reused)
+	// Merge: each changed payload goes out right after the message it follows.
+	merged := make([]planned, 0, len(out)+len(reused))
+	j := 0
+	for i, p := range out {
+		merged = append(merged, p)
+		for j < len(reused) && reused[j].after <= i {
+			merged = append(merged, reused[j])
+			j++
+		}
+	}
+	return append(merged, reused[j:]...)
+}
+
+// faultEvent is a fault fired once publication reaches a share of the run.
+type faultEvent struct {
+	at   float64
+	kind string
+}
+
+// faultPlan spreads each kind of fault evenly over publication, the Redis
+// and Postgres restarts offset from the kills so that each hits on its own.
+func faultPlan(kills, redis, pg int) []faultEvent {
+	total := kills + redis + pg
+	half := 1 / float64(2*(total+1))
+	var ev []faultEvent
+	for i := range kills {
+		ev = append(ev, faultEvent{float64(i+1) / float64(kills+1), "kill"})
+	}
+	for i := range redis {
+		ev = append(ev, faultEvent{float64(i+1)/float64(redis+1) + half, "redis"})
+	}
+	for i := range pg {
+		ev = append(ev, faultEvent{float64(i+1)/float64(pg+1) - half, "postgres"})
+	}
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
+	return ev
+}
+
+func (r *runner) drive(ctx context.Context) error {
+	msgs := r.plan()
+	ctx, abort := context.WithCancel(ctx)
+	defer abort()
+	var published atomic.Int64
+	var faultErr error
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		if err := r.injectFaults(ctx, &published); err != nil {
+			faultErr = err
+			abort()
+		}
+	}()
+	stopStatus := r.statusLines(ctx, &published, len(msgs))
+	defer stopStatus()
+
+	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
+	begin := time.Now()
+	r.progress("publishing %d messages (%d with a reused key and a changed payload) at %.0f/s",
+		r.report.Messages, r.report.Reused, r.cfg.Rate)
+	for i, p := range msgs {
+		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		p.msg.PublishTime = time.Now()
+		r.handles = append(r.handles, r.sim.Publish(ctx, p.msg))
+		r.intents = append(r.intents, p.intent)
+		published.Add(1)
+	}
+	r.report.Publish = time.Since(begin)
+	<-faultsDone
+	r.progress("published; waiting for every message to be acked or dead-lettered by the subscription")
+	r.sim.Wait()
+	if faultErr != nil {
+		return faultErr
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run did not finish: %w", err)
+	}
+	for i, h := range r.handles {
+		out := r.sim.Outcome(h)
+		r.intents[i].Acked, r.intents[i].DeadLettered = out.Acked, out.DeadLettered
+	}
+	r.report.Broker = r.sim.Stats()
+	return nil
+}
+
+func (r *runner) statusLines(ctx context.Context, published *atomic.Int64, total int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			st := r.sim.Stats()
+			r.progress("published %d/%d, pushes %d, acked %d, dead-lettered %d", published.Load(), total,
+				st.Deliveries, st.Acked, st.DeadLettered)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+func (r *runner) injectFaults(ctx context.Context, published *atomic.Int64) error {
+	kills := 0
+	for _, ev := range faultPlan(r.cfg.Kills, r.cfg.RedisRestarts, r.cfg.PostgresRestarts) {
+		target := int64(ev.at * float64(r.cfg.Messages))
+		for published.Load() < target {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		switch ev.kind {
+		case "kill":
+			i := kills % len(r.gateways)
+			kills++
+			g := r.gateways[i]
+			r.progress("SIGKILL %s", g.name)
+			g.kill()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(r.cfg.RestartPause):
+			}
+			if err := g.start(ctx); err != nil {
+				return fmt.Errorf("restart after SIGKILL: %w", err)
+			}
+			r.report.Kills[i]++
+			r.progress("%s is back", g.name)
+		case "redis":
+			r.progress("restarting Redis without its data")
+			if err := r.redis.restart(ctx); err != nil {
+				return err
+			}
+			r.report.RedisRestarts++
+			r.progress("Redis is back, empty")
+		case "postgres":
+			r.progress("crashing Postgres (immediate shutdown) and starting it again")
+			if err := r.pg.restart(ctx); err != nil {
+				return fmt.Errorf("postgres restart: %w", err)
+			}
+			r.report.PostgresRestarts++
+			r.progress("Postgres is back")
+		}
+	}
+	return nil
+}
+
+func (r *runner) check(ctx context.Context) error {
+	// An orderly stop lets each gateway finish the bookkeeping that follows
+	// its last answers before the ledger is read.
+	for _, g := range r.gateways {
+		g.stop()
+	}
+	ops, traces, err := readLedger(ctx, r.dbURL)
+	if err != nil {
+		return err
+	}
+	in := Inputs{Intents: r.intents, Ops: ops, TraceOps: traces}
+	r.report.Downstream = r.down.Records()
+	byEndpoint := map[string]string{}
+	for _, rt := range routes {
+		byEndpoint[rt.endpoint.Name] = rt.name
+	}
+	for _, rec := range r.report.Downstream {
+		name := byEndpoint[rec.Endpoint.Name]
+		for _, a := range rec.Applications {
+			in.Effects = append(in.Effects, Effect{Route: name, Key: a.Key, ResultID: a.ResultID, BodySHA256: a.BodySHA256})
+		}
+		for _, k := range rec.KeyReuse {
+			in.KeyReuse = append(in.KeyReuse, KeyReuse{Route: name, Key: k})
+		}
+	}
+	r.report.Verdict = Check(in)
+	r.report.Total = time.Since(r.start)
+	return nil
+}
