@@ -87,6 +87,10 @@ type Plan struct {
 	AfterSent []State
 	// ResultID is the authoritative evidence an ActConfirm commits.
 	ResultID string
+	// DeadLetter is set when the plan takes the message out of circulation
+	// in the gateway's own ledger, which is what lets a terminal answer be
+	// an ack.
+	DeadLetter bool
 	// Reason is recorded with the resulting transitions and delivery.
 	Reason string
 	// Anomaly flags a delivery the broker should not have sent.
@@ -137,9 +141,9 @@ func Decide(ev Evidence) Plan {
 	r, op := ev.Route, ev.Op
 	if op == nil {
 		if r.Retention > 0 && !ev.PublishTime.IsZero() && ev.Now.Sub(ev.PublishTime) > r.Retention {
-			return plan(ActRetentionGap, AnswerFor(StateTerminalFailure, r.DeadLetter),
+			return terminal(plan(ActRetentionGap, AnswerFor(StateTerminalFailure, r.DeadLetter),
 				fmt.Sprintf("published %s ago, before the %s evidence horizon: a missing record proves nothing", ev.Now.Sub(ev.PublishTime).Round(time.Second), r.Retention),
-				StateReceived, StateTerminalFailure)
+				StateReceived, StateTerminalFailure))
 		}
 		return plan(ActAttempt, Nack, "new operation", StateReceived, StateReserved, StatePendingEffect)
 	}
@@ -289,7 +293,14 @@ func confirm(ev Evidence, resultID, reason string) Plan {
 }
 
 func exhaust(ev Evidence, reason string) Plan {
-	return plan(ActExhaust, AnswerFor(StateTerminalFailure, ev.Route.DeadLetter), reason, via(ev, StateTerminalFailure)...)
+	return terminal(plan(ActExhaust, AnswerFor(StateTerminalFailure, ev.Route.DeadLetter), reason, via(ev, StateTerminalFailure)...))
+}
+
+// terminal marks a plan that ends the operation: the gateway dead-letters it
+// exactly when it answers the broker ack.
+func terminal(p Plan) Plan {
+	p.DeadLetter = p.Answer == Ack
+	return p
 }
 
 func indeterminate(ev Evidence, reason string) Plan {

@@ -56,6 +56,10 @@ func (r row) check(t *testing.T, got Plan) {
 	if got.Reason == "" {
 		t.Fatalf("plan %s has no reason", got.Action)
 	}
+	// The gateway dead-letters exactly the terminal plans it acks.
+	if got.DeadLetter != (got.Target() == StateTerminalFailure && got.Answer == Ack) {
+		t.Fatalf("plan %s to %s answering %s: dead letter %v", got.Action, got.Target(), got.Answer, got.DeadLetter)
+	}
 	// Every path the table plans is one the ledger will accept.
 	from := State("")
 	if r.op != nil && got.Action != ActConflict {

@@ -99,7 +99,11 @@ func (o *owned) write(ctx context.Context, p Plan) error {
 		next.Lane = LaneOperator
 		c = IndeterminateChange(w, steps, LaneOperator, reason, now)
 	case ActExhaust, ActRetentionGap:
-		c = TerminalChange(w, steps, o.deadLetter(next.ID, p.Answer, reason, now), reason, now)
+		var dl *DeadLetter
+		if p.DeadLetter {
+			dl = &DeadLetter{OperationID: next.ID, Reason: bound(reason), At: now}
+		}
+		c = TerminalChange(w, steps, dl, reason, now)
 	case ActRetryLater:
 		c = RetryLaterChange(w, reason, now)
 	default:
@@ -165,15 +169,6 @@ func (o *owned) newOperation() *Operation {
 		TraceID: o.d.rec.TraceID, SpanID: o.d.spanID,
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(r.Retention),
 	}
-}
-
-// deadLetter is the record of a terminal operation the gateway takes out of
-// circulation itself, which is exactly when its answer is an ack.
-func (o *owned) deadLetter(id string, answer Decision, reason string, at time.Time) *DeadLetter {
-	if answer != Ack {
-		return nil
-	}
-	return &DeadLetter{OperationID: id, Reason: bound(reason), At: at}
 }
 
 // attempt calls the downstream once, under renewal, and keeps how the
