@@ -95,16 +95,42 @@ func TestRoundTripBudget(t *testing.T) {
 		}
 		return n
 	}
+	// rows reads, from the gateway's own database, how often the operations
+	// row was written and how many log entries exist. The statistics are the
+	// ones the closed backends flushed, so read them after xacts.
+	// The connection is its own and closed before the next count of
+	// transactions begins, so it is never counted as the gateway's.
+	type rowCounts struct{ opWrites, logEntries int64 }
+	rows := func() rowCounts {
+		var c rowCounts
+		stats, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stats.Close(ctx)
+		err = stats.QueryRow(ctx, `SELECT
+			(SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = 'operations'),
+			(SELECT count(*) FROM transitions)`).Scan(&c.opWrites, &c.logEntries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 	// phase runs f on a fresh pool and returns the transactions and Redis
 	// commands it cost, less what merely connecting costs.
 	var connectCost int64
+	var lastRows rowCounts
 	phase := func(f func()) (int64, int) {
+		before := rows()
 		base := xacts()
 		r0 := redisCommands()
 		open()
 		f()
 		r1 := redisCommands()
-		return xacts() - base - connectCost, r1 - r0
+		n := xacts() - base - connectCost
+		after := rows()
+		lastRows = rowCounts{after.opWrites - before.opWrites, after.logEntries - before.logEntries}
+		return n, r1 - r0
 	}
 	open()
 	connectCost, _ = phase(func() {
@@ -127,14 +153,27 @@ func TestRoundTripBudget(t *testing.T) {
 
 	var res *gate.Result
 	newTx, newRedis := phase(func() { res = deliver("m-new") })
+	newRows := lastRows
 	postTx, postRedis := phase(func() { res.Finish(ctx, nil, true) })
+	postRows := lastRows
 	againTx, againRedis := phase(func() { res = deliver("m-new") })
+	againRows := lastRows
 
 	t.Logf("new operation before its ack: %d Postgres transactions (1 read + commits), %d Redis commands", newTx, newRedis)
 	t.Logf("after the ack (ack recorded, lease released): %d Postgres transactions, %d Redis commands", postTx, postRedis)
 	t.Logf("redelivery of a confirmed operation before its ack: %d Postgres transactions, %d Redis commands", againTx, againRedis)
 	if newTx != 3 || newRedis != 1 {
 		t.Errorf("new operation cost %d transactions and %d Redis commands; budget: 1 read + 2 commits, 1 Redis round trip", newTx, newRedis)
+	}
+	t.Logf("operations row writes / log entries: new %+v, after the ack %+v, redelivery %+v", newRows, postRows, againRows)
+	// One write of the row per step, whatever the length of its path: the
+	// claim's INSERT (received -> reserved -> pending_effect) and the
+	// settlement's UPDATE (-> effect_confirmed -> ack_pending); after the ack
+	// one UPDATE (-> acknowledged). The redelivery writes nothing before its
+	// answer (its own delivery row follows the response).
+	if newRows != (rowCounts{2, 5}) || postRows != (rowCounts{1, 1}) || againRows != (rowCounts{0, 0}) {
+		t.Errorf("operations row writes and log entries: new %+v, want {2 5}; after the ack %+v, want {1 1}; "+
+			"redelivery %+v, want none", newRows, postRows, againRows)
 	}
 	if againTx != 1 || againRedis != 0 {
 		t.Errorf("redelivery cost %d transactions and %d Redis commands; budget: 1 read, nothing else", againTx, againRedis)
