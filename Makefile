@@ -65,7 +65,8 @@ test: services lint
 # committed there, it stays a regression seed of the ordinary tests.
 FUZZTIME ?= 10000x
 FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
-	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS
+	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS \
+	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

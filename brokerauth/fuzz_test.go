@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"github.com/ackgate/ackgate/brokerauth"
+	"github.com/ackgate/ackgate/gate"
 )
 
 // FuzzSNSVerify feeds the verifier SNS bodies derived from the nine real
 // vectors. Nothing may panic, every failure must be one of the package's
 // kinds, and nothing the fuzzer makes may verify unless it signs exactly what
-// one of the vectors signed: a changed signed field can never pass.
+// one of the vectors signed: a changed signed field can never pass. What
+// verifies is storable: its identity fields are text Postgres can hold.
 func FuzzSNSVerify(f *testing.F) {
 	certs := &certFiles{}
 	v := newVerifier(f, certs)
@@ -21,6 +23,9 @@ func FuzzSNSVerify(f *testing.F) {
 		signed[m.StringToSign()] = true
 	}
 	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"t","Message":"m","SignatureVersion":"1","Signature":"AAAA","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem"}`))
+	// Identity fields Postgres text cannot hold: a NUL byte, invalid UTF-8.
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1\u0000","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","SignatureVersion":"1","Signature":"AAAA","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem"}`))
+	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\xff\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\",\"SignatureVersion\":\"2\",\"Signature\":\"AAAA\",\"SigningCertURL\":\"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem\"}"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		m, err := brokerauth.ParseSNSMessage(body)
 		if err != nil {
@@ -39,6 +44,11 @@ func FuzzSNSVerify(f *testing.F) {
 		s := m.StringToSign()
 		if !signed[s] && !(m.Subject != nil && *m.Subject == "") {
 			t.Fatalf("a message no vector signed verified: %q", s)
+		}
+		for name, v := range map[string]string{"MessageId": m.MessageID, "TopicArn": m.TopicArn, "Timestamp": m.Timestamp} {
+			if why := gate.Unstorable(v); why != "" {
+				t.Fatalf("verified, but its %s %s: %q", name, why, v)
+			}
 		}
 	})
 }

@@ -106,13 +106,24 @@ func Identify(r *Route, m *Message) (Identity, error) {
 // the ledger, every write would fail and every redelivery would be answered
 // as if the ledger were down.
 func storableText(name, v string) error {
-	switch {
-	case strings.IndexByte(v, 0) >= 0:
-		return &IdentityError{Reason: name + " contains a NUL byte"}
-	case !utf8.ValidString(v):
-		return &IdentityError{Reason: name + " is not valid UTF-8"}
+	if why := Unstorable(v); why != "" {
+		return &IdentityError{Reason: name + " " + why}
 	}
 	return nil
+}
+
+// Unstorable says why Postgres text cannot hold v ("contains a NUL byte", "is
+// not valid UTF-8"), or "" when it can. Anything from outside that becomes a
+// text column or a text query parameter is checked with it first, so that
+// input alone is a client error and never a failed statement.
+func Unstorable(v string) string {
+	switch {
+	case strings.IndexByte(v, 0) >= 0:
+		return "contains a NUL byte"
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	}
+	return ""
 }
 
 // ConflictID names the conflicting record for a scope and fingerprint, so a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -147,6 +148,10 @@ func handleGetOperation(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, "operation id must be 1 to 64 characters")
 			return
 		}
+		if why := gate.Unstorable(id); why != "" {
+			writeProblem(w, http.StatusBadRequest, "operation id "+why)
+			return
+		}
 		rec, err := o.Evidence.Get(r.Context(), id)
 		if errors.Is(err, gate.ErrNotFound) {
 			writeProblem(w, http.StatusNotFound, "no operation "+strconv.Quote(id))
@@ -182,11 +187,9 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			}
 			f.Limit = n
 		}
-		for _, v := range []string{f.Route, f.MessageID, f.Key, f.Cursor} {
-			if len(v) > 1024 {
-				writeProblem(w, http.StatusBadRequest, "query parameter longer than 1024 characters")
-				return
-			}
+		if msg := checkQueryText(map[string]string{"route": f.Route, "message_id": f.MessageID, "key": f.Key, "cursor": f.Cursor}); msg != "" {
+			writeProblem(w, http.StatusBadRequest, msg)
+			return
 		}
 		ops, next, err := o.Evidence.List(r.Context(), f)
 		if errors.Is(err, adminapi.ErrInvalidFilter) {
@@ -200,6 +203,31 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, adminapi.OperationList{Operations: nonNil(ops), NextCursor: next})
 	}
+}
+
+// maxQueryText bounds every free-text query parameter of the admin API.
+const maxQueryText = 1024
+
+// checkQueryText says what is wrong with the first free-text parameter that
+// is too long or that Postgres text cannot hold (a NUL byte, invalid UTF-8),
+// or "" when all are fine. Such a value can match nothing the ledger holds,
+// and sent to it, it would fail the query as if the ledger were down.
+func checkQueryText(params map[string]string) string {
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := params[name]
+		if len(v) > maxQueryText {
+			return "query parameter " + name + " is longer than 1024 characters"
+		}
+		if why := gate.Unstorable(v); why != "" {
+			return "query parameter " + name + " " + why
+		}
+	}
+	return ""
 }
 
 func joinStates() string {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,6 +34,9 @@ func FuzzDecodePubSubWrapped(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range poisonEnvelopes {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		msg, err := decodePubSub(body)
 		if err != nil {
@@ -45,9 +49,49 @@ func FuzzDecodePubSubWrapped(f *testing.F) {
 			t.Fatalf("decoded without identity: %+v", msg)
 		}
 		for _, r := range fuzzRoutes {
-			_, _ = gate.Identify(r, msg)
+			identifiedIsStorable(t, r, msg)
 		}
 	})
+}
+
+// poisonEnvelopes carry what Postgres text cannot hold (NUL, invalid UTF-8)
+// in every identity field, and numbers the ledger's columns cannot hold.
+var poisonEnvelopes = []string{
+	`{"message":{"data":"eA==","messageId":"m\u0000"},"subscription":"projects/p/subscriptions/s"}`,
+	`{"message":{"data":"eA==","message_id":"\u0000"},"subscription":"projects/p/subscriptions/s"}`,
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"m\xff\"},\"subscription\":\"projects/p/subscriptions/s\"}",
+	`{"message":{"data":"eA==","messageId":"m"},"subscription":"projects/p/subscriptions/s\u0000"}`,
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"m\"},\"subscription\":\"\xc3\x28\"}",
+	`{"message":{"data":"eA==","messageId":"m","attributes":{"order_id":"7\u0000"}},"subscription":"s"}`,
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"m\",\"attributes\":{\"order_id\":\"\xff\"}},\"subscription\":\"s\"}",
+	`{"message":{"data":"eyJvcmRlciI6eyJpZCI6Ilx1MDAwMCJ9fQ==","messageId":"m"},"subscription":"s"}`,
+	`{"message":{"data":"eA==","messageId":"m"},"subscription":"s","deliveryAttempt":2147483648}`,
+	`{"message":{"data":"eA==","messageId":"m"},"subscription":"s","deliveryAttempt":9223372036854775807}`,
+	`{"message":{"data":"eA==","messageId":"m","publishTime":"0000-01-01T00:00:00Z"},"subscription":"s"}`,
+	`{"message":{"data":"eA==","messageId":"m","publishTime":"9999-12-31T23:59:59+00:00"},"subscription":"s"}`,
+}
+
+// identifiedIsStorable holds a message the decoders accepted to what the
+// ledger can store: either the route finds no usable identity in it (a
+// rejection), or every value that becomes text is valid UTF-8 without a NUL
+// byte, and the broker's attempt fits the ledger's integer column.
+func identifiedIsStorable(t *testing.T, r *gate.Route, msg *gate.Message) {
+	t.Helper()
+	if msg.BrokerAttempt < 0 || msg.BrokerAttempt > math.MaxInt32 {
+		t.Fatalf("decoded a broker attempt the ledger cannot hold: %d", msg.BrokerAttempt)
+	}
+	id, err := gate.Identify(r, msg)
+	if err != nil {
+		if _, ok := err.(*gate.IdentityError); !ok {
+			t.Fatalf("route %s: identify failed with %T: %v", r.Name, err, err)
+		}
+		return
+	}
+	for name, v := range map[string]string{"key": id.Key, "scope key": id.ScopeKey, "message id": msg.MessageID, "source": msg.Source} {
+		if why := gate.Unstorable(v); why != "" {
+			t.Fatalf("route %s: identified, but the %s %s: %q", r.Name, name, why, v)
+		}
+	}
 }
 
 // FuzzDecodePubSubUnwrapped decodes unwrapped pushes and checks the promise
@@ -58,6 +102,9 @@ func FuzzDecodePubSubUnwrapped(f *testing.F) {
 	f.Add([]byte(""), "s", "m-2", "", "region", "eu", "note", "x")
 	f.Add([]byte("raw bytes \x00\xff"), "s", "m-3", "yesterday", "Content-Type", "text/plain", "X-Forwarded-For", "1.2.3.4")
 	f.Add([]byte("x"), "", "m-4", "", "a", "b", "c", "d")
+	f.Add([]byte("x"), "s", "m\x00", "", "order_id", "1", "c", "d")
+	f.Add([]byte("x"), "s\xff", "m", "", "order_id", "\x00", "event_type", "\xc3\x28")
+	f.Add([]byte(`{"order":{"id":"\u0000"}}`), "s", "m", "0000-01-01T00:00:00Z", "order_id", "\xff", "c", "d")
 	f.Fuzz(func(t *testing.T, body []byte, sub, id, published, k1, v1, k2, v2 string) {
 		h := http.Header{}
 		set := func(k, v string) {
@@ -87,6 +134,7 @@ func FuzzDecodePubSubUnwrapped(f *testing.F) {
 			if (errA == nil) != (errB == nil) || a != b {
 				t.Fatalf("route %s: unwrapped %+v (%v), wrapped %+v (%v)", route.Name, a, errA, b, errB)
 			}
+			identifiedIsStorable(t, route, msg)
 		}
 	})
 }
@@ -109,6 +157,10 @@ func FuzzDecodeSNS(f *testing.F) {
 	}
 	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","MessageAttributes":{"traceparent":{"Type":"String","Value":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}}`), "Notification", "1", "a")
 	f.Add([]byte(`raw body`), "Notification", "id-1", "arn:aws:sns:us-east-1:123456789012:t")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1\u0000","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
+	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\xff\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\"}"), "Notification", "", "")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"0000-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
+	f.Add([]byte(`raw body`), "Notification", "id\x00", "arn:aws:sns:us-east-1:123456789012:t\xff")
 	f.Fuzz(func(t *testing.T, body []byte, typ, id, topic string) {
 		h := http.Header{}
 		h.Set(hdrSNSType, typ)
@@ -117,6 +169,9 @@ func FuzzDecodeSNS(f *testing.F) {
 		if raw, err := decodeSNSRaw(h, body); err == nil {
 			if raw.MessageID != id || raw.Source != topic || string(raw.Data) != string(body) {
 				t.Fatalf("raw delivery decoded as %+v", raw)
+			}
+			for _, r := range fuzzRoutes {
+				identifiedIsStorable(t, r, raw)
 			}
 		}
 		m, err := brokerauth.ParseSNSMessage(body)
@@ -147,7 +202,7 @@ func FuzzDecodeSNS(f *testing.F) {
 			t.Fatalf("traceparent attribute %q became %q", a.Value, msg.TraceParent)
 		}
 		for _, r := range fuzzRoutes {
-			_, _ = gate.Identify(r, msg)
+			identifiedIsStorable(t, r, msg)
 		}
 	})
 }

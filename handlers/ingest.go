@@ -175,6 +175,9 @@ func (o *IngestOptions) finish(ctx context.Context, w http.ResponseWriter, b gat
 	}
 	if o.Metrics != nil {
 		o.Metrics.Response(ctx, b, routeName, status)
+		if out.malformed != "" {
+			o.Metrics.Malformed(ctx, b, routeName, out.malformed)
+		}
 	}
 	o.Logger.Log(ctx, level, "delivery answered", "broker", b, "route", routeName, "status", status,
 		"decision", out.decision, "reason", out.reason, "operation_id", out.operationID, "state", out.state, "sent", sent)

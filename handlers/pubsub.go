@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -83,6 +84,11 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 	if env.DeliveryAttempt != nil {
 		if *env.DeliveryAttempt < 0 {
 			return nil, badRequest("deliveryAttempt is negative")
+		}
+		if *env.DeliveryAttempt > math.MaxInt32 {
+			// Pub/Sub counts up to its dead-letter limit of 100; the ledger
+			// keeps the count as a 32-bit integer.
+			return nil, badRequest("deliveryAttempt is larger than %d", math.MaxInt32)
 		}
 		msg.BrokerAttempt = *env.DeliveryAttempt
 	}

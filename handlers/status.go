@@ -31,7 +31,19 @@ type outcome struct {
 	reason      string
 	operationID string
 	state       gate.State
+	// malformed names the kind of a delivery refused as malformed, for the
+	// malformed counter; "" for every other answer.
+	malformed string
 }
+
+// Kinds of malformed delivery, the kind label of the malformed counter.
+const (
+	// malformedEnvelope: not the broker's message format.
+	malformedEnvelope = "envelope"
+	// malformedIdentity: no usable identity (a missing key, an identity field
+	// Postgres text cannot hold).
+	malformedIdentity = "identity"
+)
 
 // ackStatus is 204 for both brokers: Pub/Sub acks 102/200/201/202/204 and
 // SNS treats any 2xx as delivered.
@@ -78,13 +90,22 @@ func fromGate(res *gate.Result, err error) outcome {
 		}
 		return outcome{decision: gate.Nack, reason: reason}
 	}
-	return outcome{decision: res.Decision, reason: res.Reason, operationID: res.OperationID, state: res.State}
+	out := outcome{decision: res.Decision, reason: res.Reason, operationID: res.OperationID, state: res.State}
+	if res.Decision == gate.Reject {
+		// The gate rejects only a message it cannot identify.
+		out.malformed = malformedIdentity
+	}
+	return out
 }
 
 func fromRejection(err error) outcome {
 	var rej *Rejection
 	if errors.As(err, &rej) {
-		return outcome{decision: gate.Reject, status: rej.Status, reason: rej.Reason}
+		out := outcome{decision: gate.Reject, status: rej.Status, reason: rej.Reason}
+		if rej.Status == http.StatusBadRequest {
+			out.malformed = malformedEnvelope
+		}
+		return out
 	}
 	return outcome{decision: gate.Nack, reason: "internal error"}
 }
@@ -108,7 +129,7 @@ func fromAuth(err error) outcome {
 	case brokerauth.Forbidden:
 		return outcome{decision: gate.Reject, status: http.StatusForbidden, reason: e.Reason}
 	case brokerauth.Malformed:
-		return outcome{decision: gate.Reject, status: http.StatusBadRequest, reason: e.Reason}
+		return outcome{decision: gate.Reject, status: http.StatusBadRequest, reason: e.Reason, malformed: malformedEnvelope}
 	}
 	return outcome{decision: gate.Nack, reason: e.Reason}
 }

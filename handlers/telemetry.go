@@ -15,9 +15,11 @@ import (
 	"github.com/ackgate/ackgate/gate"
 )
 
-// ResponseRecorder counts the statuses returned to brokers.
+// ResponseRecorder counts the statuses returned to brokers, and the
+// deliveries refused as malformed by kind (envelope, identity).
 type ResponseRecorder interface {
 	Response(ctx context.Context, b gate.Broker, route string, status int)
+	Malformed(ctx context.Context, b gate.Broker, route, kind string)
 }
 
 // messagingSystem names each broker as OpenTelemetry's messaging conventions do.

@@ -17,6 +17,10 @@ import (
 // gate.ErrNotFound. Its parts are read in one repeatable-read snapshot, so the
 // counts on the operation agree with the rows listed.
 func (l *Ledger) Get(ctx context.Context, id string) (*adminapi.Record, error) {
+	if gate.Unstorable(id) != "" {
+		// No id the ledger holds can be spelt so; asking would fail the query.
+		return nil, fmt.Errorf("storage: get: %w", gate.ErrNotFound)
+	}
 	rec := &adminapi.Record{
 		Deliveries:  []gate.Delivery{},
 		Attempts:    []gate.Attempt{},
@@ -113,6 +117,11 @@ func (l *Ledger) List(ctx context.Context, f adminapi.ListFilter) ([]gate.Operat
 	}
 	limit = min(limit, maxListLimit)
 
+	for name, v := range map[string]string{"route": f.Route, "message_id": f.MessageID, "key": f.Key} {
+		if why := gate.Unstorable(v); why != "" {
+			return nil, "", fmt.Errorf("storage: list: %w: %s %s", adminapi.ErrInvalidFilter, name, why)
+		}
+	}
 	var (
 		where []string
 		args  []any
@@ -182,7 +191,7 @@ func decodeCursor(s string) (time.Time, string, error) {
 	}
 	micros, id, ok := strings.Cut(string(raw), ":")
 	n, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || id == "" {
+	if !ok || err != nil || id == "" || gate.Unstorable(id) != "" {
 		return time.Time{}, "", fmt.Errorf("malformed cursor")
 	}
 	return time.UnixMicro(n), id, nil

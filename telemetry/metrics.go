@@ -18,6 +18,7 @@ import (
 type Metrics struct {
 	deliveries  metric.Int64Counter
 	responses   metric.Int64Counter
+	malformed   metric.Int64Counter
 	transitions metric.Int64Counter
 	contended   metric.Int64Counter
 	downstream  metric.Float64Histogram
@@ -44,6 +45,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	mk(func() (e error) {
 		m.responses, e = m.meter.Int64Counter("ackgate.responses",
 			metric.WithDescription("HTTP statuses returned to brokers on the push endpoints."))
+		return
+	})
+	mk(func() (e error) {
+		m.malformed, e = m.meter.Int64Counter("ackgate.malformed",
+			metric.WithDescription("Deliveries refused as malformed, by broker, route and kind: envelope (not the broker's format), identity (no usable identity)."))
 		return
 	})
 	mk(func() (e error) {
@@ -107,6 +113,13 @@ func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptK
 func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
 	m.responses.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
 		attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+}
+
+// Malformed counts a delivery refused as malformed. kind comes from the
+// handlers' small fixed set, never from the request.
+func (m *Metrics) Malformed(ctx context.Context, b gate.Broker, route, kind string) {
+	m.malformed.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
+		attribute.String("route", route), attribute.String("kind", kind)))
 }
 
 // Lane is how many operations of a route are open in one state.
