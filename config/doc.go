@@ -25,6 +25,8 @@
 //	GATEWAY_WRITE_TIMEOUT         60s; must exceed every route's ack_deadline
 //	GATEWAY_IDLE_TIMEOUT          120s
 //	GATEWAY_SHUTDOWN_TIMEOUT      25s, inside Kubernetes' default 30 s grace period
+//	GATEWAY_MAX_CLOCK_SKEW        5m (at most 24h); a Pub/Sub publishTime further ahead
+//	                              of this gateway's clock is malformed
 //	GATEWAY_OIDC_JWKS_URL         https://www.googleapis.com/oauth2/v3/certs (keys of Pub/Sub push tokens)
 //	GATEWAY_SNS_TRUSTED_URL_PREFIXES
 //	                              empty; SNS emulators only: URL prefixes (ending in /)

@@ -54,6 +54,10 @@ type Settings struct {
 	WriteTimeout      time.Duration `envconfig:"WRITE_TIMEOUT" default:"60s" desc:"http.Server WriteTimeout; must exceed every route's ack_deadline"`
 	IdleTimeout       time.Duration `envconfig:"IDLE_TIMEOUT" default:"120s" desc:"http.Server IdleTimeout"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"time given to in-flight deliveries on shutdown"`
+	// MaxClockSkew bounds how far ahead of this gateway's clock a Pub/Sub
+	// publishTime may be: a later one did not come from a broker that keeps
+	// our time, and it would hide a message's age from the retention check.
+	MaxClockSkew time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"5m" desc:"how far a Pub/Sub publishTime may be ahead of this gateway's clock; a later one is malformed (400)"`
 
 	// Broker authentication (package brokerauth). The trusted prefixes are
 	// for SNS emulators only and stay empty in production.
@@ -63,6 +67,10 @@ type Settings struct {
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
+
+// maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
+// bound no longer tells a skewed clock from a forged time.
+const maxClockSkewLimit = 24 * time.Hour
 
 // maxBodyLimit is the largest MaxBodyBytes accepted: a 10 MB Pub/Sub message
 // base64-encoded inside its envelope, with room to spare.
@@ -161,6 +169,9 @@ func (s Settings) Validate() error {
 		if d.v <= 0 {
 			add(d.key, "must be positive, got %s", d.v)
 		}
+	}
+	if s.MaxClockSkew <= 0 || s.MaxClockSkew > maxClockSkewLimit {
+		add("MAX_CLOCK_SKEW", "must be positive and at most %s, got %s", maxClockSkewLimit, s.MaxClockSkew)
 	}
 	if s.ReadHeaderTimeout > 0 && s.ReadTimeout > 0 && s.ReadHeaderTimeout > s.ReadTimeout {
 		add("READ_HEADER_TIMEOUT", "%s is longer than GATEWAY_READ_TIMEOUT (%s)", s.ReadHeaderTimeout, s.ReadTimeout)
@@ -299,6 +310,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("write_timeout", s.WriteTimeout),
 		slog.Duration("idle_timeout", s.IdleTimeout),
 		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
+		slog.Duration("max_clock_skew", s.MaxClockSkew),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.String("log_level", s.LogLevel.String()),
@@ -382,6 +394,8 @@ func (s *Settings) set(key, raw string) error {
 		s.IdleTimeout, err = parseDuration(raw)
 	case "SHUTDOWN_TIMEOUT":
 		s.ShutdownTimeout, err = parseDuration(raw)
+	case "MAX_CLOCK_SKEW":
+		s.MaxClockSkew, err = parseDuration(raw)
 	case "OIDC_JWKS_URL":
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":

@@ -336,3 +336,21 @@ func TestCheckRoutesAgainstWriteTimeout(t *testing.T) {
 		t.Errorf("CheckRoutes = %v, want an error about route slow only", err)
 	}
 }
+
+func TestMaxClockSkew(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil || s.MaxClockSkew != 5*time.Minute {
+		t.Fatalf("default: %v, %v; want 5m", s.MaxClockSkew, err)
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_CLOCK_SKEW": "90s"}))
+	if err != nil || s.MaxClockSkew != 90*time.Second {
+		t.Fatalf("90s: %v, %v", s.MaxClockSkew, err)
+	}
+	for _, v := range []string{"0s", "-1m", "25h"} {
+		_, err := config.LoadSettings(env(map[string]string{"GATEWAY_MAX_CLOCK_SKEW": v}))
+		if err == nil || !strings.Contains(err.Error(), "GATEWAY_MAX_CLOCK_SKEW: must be positive and at most 24h") {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}

@@ -132,6 +132,10 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 		MessageID: msg.MessageID, BrokerAttempt: msg.BrokerAttempt, ReceivedAt: now,
 		TraceID: traceID(ctx),
 	}
+	if !msg.PublishTime.IsZero() {
+		published := msg.PublishTime
+		d.rec.PublishTime = &published
+	}
 	// Nothing we do after the broker stops waiting can become an ack, so the
 	// whole delivery, ledger writes included, is bounded by its deadline.
 	ctx, cancel := context.WithDeadline(ctx, d.deadline)

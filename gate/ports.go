@@ -166,6 +166,10 @@ type Delivery struct {
 	MessageID     string    `json:"message_id"`
 	BrokerAttempt int       `json:"broker_attempt,omitempty"`
 	ReceivedAt    time.Time `json:"received_at"`
+	// PublishTime is when the broker says it accepted the message, kept
+	// beside ReceivedAt (when this delivery reached the gateway); nil when
+	// the broker sent none.
+	PublishTime *time.Time `json:"publish_time,omitempty"`
 	// Decision is the gate's answer to this delivery (ack, nack, reject) and Reason why.
 	Decision Decision `json:"decision"`
 	Reason   string   `json:"reason,omitempty"`

@@ -74,11 +74,14 @@ var poisonEnvelopes = []string{
 // identifiedIsStorable holds a message the decoders accepted to what the
 // ledger can store: either the route finds no usable identity in it (a
 // rejection), or every value that becomes text is valid UTF-8 without a NUL
-// byte, and the broker's attempt fits the ledger's integer column.
+// byte, and the broker's attempt and publish time fit the ledger's columns.
 func identifiedIsStorable(t *testing.T, r *gate.Route, msg *gate.Message) {
 	t.Helper()
 	if msg.BrokerAttempt < 0 || msg.BrokerAttempt > math.MaxInt32 {
 		t.Fatalf("decoded a broker attempt the ledger cannot hold: %d", msg.BrokerAttempt)
+	}
+	if pt := msg.PublishTime; !pt.IsZero() && (pt.Before(earliestPublishTime) || pt.UTC().Year() > 9999) {
+		t.Fatalf("decoded a publish time the ledger cannot hold: %v", pt)
 	}
 	id, err := gate.Identify(r, msg)
 	if err != nil {

@@ -6,6 +6,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -42,6 +43,10 @@ type IngestOptions struct {
 	Metrics     ResponseRecorder
 	// Auth authenticates deliveries on routes whose auth is not none (auth.go).
 	Auth BrokerAuth
+	// MaxClockSkew is how far a Pub/Sub publishTime may be ahead of Now; a
+	// later one is malformed. Zero does not check. Now defaults to time.Now.
+	MaxClockSkew time.Duration
+	Now          func() time.Time
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -52,6 +57,9 @@ func NewIngest(o IngestOptions) http.Handler {
 	}
 	if o.FinishTimeout == 0 {
 		o.FinishTimeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	r := chi.NewRouter()
 	addIngestRoutes(r, &o)
@@ -101,8 +109,30 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
 			return
 		}
+		if out, ok := o.checkPublishTime(msg); !ok {
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, out)
+			return
+		}
 		o.accept(w, r, route, msg, arrived)
 	}
+}
+
+// checkPublishTime refuses a Pub/Sub message published further ahead of this
+// gateway's clock than MaxClockSkew. Pub/Sub stamps publishTime itself, so
+// such a time is either forged or a clock far off; either way the message's
+// age, which decides whether its evidence may have expired, is unknown. It is
+// a 400, which Pub/Sub redelivers: if the clock is ours, the message passes
+// once it is set right.
+func (o *IngestOptions) checkPublishTime(msg *gate.Message) (outcome, bool) {
+	if o.MaxClockSkew <= 0 || msg.PublishTime.IsZero() {
+		return outcome{}, true
+	}
+	ahead := msg.PublishTime.Sub(o.Now())
+	if ahead <= o.MaxClockSkew {
+		return outcome{}, true
+	}
+	return outcome{decision: gate.Reject, status: http.StatusBadRequest, malformed: malformedPublishTime,
+		reason: fmt.Sprintf("publishTime is %s ahead of the gateway's clock, beyond the allowed skew of %s", ahead.Round(time.Second), o.MaxClockSkew)}, false
 }
 
 // routeFor finds the {route} of the request among the broker's routes, or

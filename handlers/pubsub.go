@@ -75,9 +75,9 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 		TraceParent: m.Attributes["googclient_traceparent"], TraceState: m.Attributes["googclient_tracestate"],
 	}
 	if pt := firstNonEmpty(m.PublishTime, m.PublishAlt); pt != "" {
-		t, err := time.Parse(time.RFC3339Nano, pt)
+		t, err := parsePublishTime(pt)
 		if err != nil {
-			return nil, badRequest("message.publishTime is not an RFC 3339 time")
+			return nil, badRequest("message.publishTime %v", err)
 		}
 		msg.PublishTime = t
 	}
@@ -93,6 +93,23 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 		msg.BrokerAttempt = *env.DeliveryAttempt
 	}
 	return msg, nil
+}
+
+// earliestPublishTime is older than any broker: a publish time before it is
+// not a broker's, and the ledger need not hold it (Postgres has no year 0).
+var earliestPublishTime = time.Unix(0, 0)
+
+// parsePublishTime reads a broker's RFC 3339 publish time, which the ledger
+// keeps beside the time the delivery arrived.
+func parsePublishTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, errors.New("is not an RFC 3339 time")
+	}
+	if t.Before(earliestPublishTime) {
+		return time.Time{}, errors.New("is before 1970")
+	}
+	return t, nil
 }
 
 func firstNonEmpty(a, b string) string {

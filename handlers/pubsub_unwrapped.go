@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/ackgate/ackgate/gate"
@@ -128,9 +127,9 @@ func decodePubSubUnwrapped(h http.Header, route *gate.Route, body []byte) (*gate
 	}
 	publishTime := h.Get(hdrPubSubPublishTime)
 	if publishTime != "" {
-		t, err := time.Parse(time.RFC3339Nano, publishTime)
+		t, err := parsePublishTime(publishTime)
 		if err != nil {
-			return nil, badRequest("%s is not an RFC 3339 time", strings.ToLower(hdrPubSubPublishTime))
+			return nil, badRequest("%s %v", strings.ToLower(hdrPubSubPublishTime), err)
 		}
 		msg.PublishTime = t
 	}

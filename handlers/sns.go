@@ -115,9 +115,9 @@ func checkSNSHeaders(h http.Header, m *brokerauth.SNSMessage) error {
 // message attributes the attributes (binary values as SNS's base64), and the
 // traceparent attribute the publisher's trace context.
 func snsToMessage(m *brokerauth.SNSMessage, body []byte) (*gate.Message, error) {
-	published, err := time.Parse(time.RFC3339Nano, m.Timestamp)
+	published, err := parsePublishTime(m.Timestamp)
 	if err != nil {
-		return nil, badRequest("SNS Timestamp is not an RFC 3339 time")
+		return nil, badRequest("SNS Timestamp %v", err)
 	}
 	msg := &gate.Message{
 		Broker: gate.BrokerSNS, Source: m.TopicArn, MessageID: m.MessageID,

@@ -43,6 +43,9 @@ const (
 	// malformedIdentity: no usable identity (a missing key, an identity field
 	// Postgres text cannot hold).
 	malformedIdentity = "identity"
+	// malformedPublishTime: published further in the future than the clock
+	// skew allows.
+	malformedPublishTime = "publish_time"
 )
 
 // ackStatus is 204 for both brokers: Pub/Sub acks 102/200/201/202/204 and

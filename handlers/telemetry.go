@@ -16,7 +16,8 @@ import (
 )
 
 // ResponseRecorder counts the statuses returned to brokers, and the
-// deliveries refused as malformed by kind (envelope, identity).
+// deliveries refused as malformed by kind (envelope, identity,
+// publish_time).
 type ResponseRecorder interface {
 	Response(ctx context.Context, b gate.Broker, route string, status int)
 	Malformed(ctx context.Context, b gate.Broker, route, kind string)

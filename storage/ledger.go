@@ -159,9 +159,9 @@ WITH counted AS (
 	UPDATE operations SET delivery_count = delivery_count + 1 WHERE id = $1 RETURNING id
 )
 INSERT INTO deliveries (operation_id, broker, source, message_id, broker_attempt, received_at,
-	decision, reason, anomaly, trace_id, owner)
+	decision, reason, anomaly, trace_id, owner, publish_time)
 SELECT id, $2::text, $3::text, $4::text, $5::integer, $6::timestamptz, $7::text, $8::text,
-	$9::text, $10::text, $11::text
+	$9::text, $10::text, $11::text, $12::timestamptz
 FROM counted
 RETURNING id`
 
@@ -177,7 +177,7 @@ ON CONFLICT (operation_id) DO NOTHING`
 
 func deliveryArgs(opID string, d *gate.Delivery) []any {
 	return []any{opID, d.Broker, d.Source, d.MessageID, d.BrokerAttempt, d.ReceivedAt, d.Decision,
-		d.Reason, d.Anomaly, d.TraceID, d.Owner}
+		d.Reason, d.Anomaly, d.TraceID, d.Owner, d.PublishTime}
 }
 
 // RecordConflict takes an explicit transaction (four round trips) because

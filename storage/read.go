@@ -31,14 +31,15 @@ func (l *Ledger) Get(ctx context.Context, id string) (*adminapi.Record, error) {
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	b.Queue(`SELECT `+operationColumns+` FROM operations o WHERE o.id = $1`, id).
 		QueryRow(func(r pgx.Row) error { return r.Scan(operationFields(&rec.Operation)...) })
-	b.Queue(`SELECT broker, source, message_id, broker_attempt, received_at, decision, reason, anomaly, trace_id, owner
+	b.Queue(`SELECT broker, source, message_id, broker_attempt, received_at, decision, reason, anomaly, trace_id, owner,
+		publish_time
 		FROM deliveries WHERE operation_id = $1 ORDER BY id`, id).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			rec.Deliveries, err = collect(rows, rec.Deliveries, func(d *gate.Delivery) []any {
 				d.OperationID = id
 				return []any{&d.Broker, &d.Source, &d.MessageID, &d.BrokerAttempt, &d.ReceivedAt,
-					&d.Decision, &d.Reason, &d.Anomaly, &d.TraceID, &d.Owner}
+					&d.Decision, &d.Reason, &d.Anomaly, &d.TraceID, &d.Owner, &d.PublishTime}
 			})
 			return err
 		})

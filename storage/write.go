@@ -251,6 +251,8 @@ type wireDelivery struct {
 	Anomaly       string   `json:"anomaly"`
 	TraceID       string   `json:"trace_id"`
 	Owner         string   `json:"owner"`
+	// PublishTime is the broker's; nil when it sent none.
+	PublishTime *wireTime `json:"publish_time,omitempty"`
 }
 
 type wireAnswer struct {
@@ -290,9 +292,14 @@ func encodeDelivery(d *gate.Delivery) *wireDelivery {
 	if d == nil {
 		return nil
 	}
-	return &wireDelivery{Broker: string(d.Broker), Source: d.Source, MessageID: d.MessageID,
+	w := &wireDelivery{Broker: string(d.Broker), Source: d.Source, MessageID: d.MessageID,
 		BrokerAttempt: d.BrokerAttempt, ReceivedAt: wireTime(d.ReceivedAt), Decision: string(d.Decision),
 		Reason: d.Reason, Anomaly: d.Anomaly, TraceID: d.TraceID, Owner: d.Owner}
+	if d.PublishTime != nil {
+		published := wireTime(*d.PublishTime)
+		w.PublishTime = &published
+	}
+	return w
 }
 
 // encode is the one place a gate.Change becomes what the server runs.

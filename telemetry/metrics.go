@@ -49,7 +49,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		m.malformed, e = m.meter.Int64Counter("ackgate.malformed",
-			metric.WithDescription("Deliveries refused as malformed, by broker, route and kind: envelope (not the broker's format), identity (no usable identity)."))
+			metric.WithDescription("Deliveries refused as malformed, by broker, route and kind: envelope (not the broker's format), identity (no usable identity), publish_time (published in the future beyond the clock skew)."))
 		return
 	})
 	mk(func() (e error) {

@@ -142,6 +142,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.IngestOptions = handlers.IngestOptions{
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
+		MaxClockSkew: s.MaxClockSkew, Now: o.Now,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	g.Admin = handlers.NewAdmin(handlers.AdminOptions{

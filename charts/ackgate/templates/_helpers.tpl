@@ -173,6 +173,12 @@ nothing; fails the release with a message naming the value.
 {{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
 {{- end }}
 {{- end }}
+{{- $managedToo := list "GATEWAY_MAX_CLOCK_SKEW" }}
+{{- range $v.extraEnv }}
+{{- if has .name $managedToo }}
+{{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The routes file's text. */}}
