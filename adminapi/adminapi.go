@@ -117,3 +117,39 @@ type OperationList struct {
 type RouteList struct {
 	Routes []*gate.Route `json:"routes"`
 }
+
+// PoisonRecord is one message that could never be processed (it had no
+// usable identity), kept once per route and fingerprint however often it
+// came: GET /v1/poison.
+type PoisonRecord struct {
+	Route  string      `json:"route"`
+	Broker gate.Broker `json:"broker"`
+	// Fingerprint identifies the message (a hash, never its body).
+	Fingerprint string `json:"fingerprint"`
+	// MessageID is empty when there was none the ledger could hold.
+	MessageID string    `json:"message_id,omitempty"`
+	Reason    string    `json:"reason"`
+	Count     int64     `json:"count"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Acked says the latest copy was acked once recorded (dead_letter:
+	// gateway); otherwise it was refused, for the broker's own dead-letter
+	// policy.
+	Acked bool `json:"acked"`
+}
+
+// PoisonFilter selects poison records. Empty fields match all.
+type PoisonFilter struct {
+	Route string
+	// Limit defaults to 50 and is capped at 500.
+	Limit int
+	// Cursor is the next_cursor of the previous page.
+	Cursor string
+}
+
+// PoisonList is one page of poison records, the first seen most recently
+// first.
+type PoisonList struct {
+	Poison     []PoisonRecord `json:"poison"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+}

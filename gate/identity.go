@@ -190,3 +190,65 @@ func Fingerprint(spec *FingerprintSpec, m *Message) (string, error) {
 	}
 	return digest("v"+strconv.Itoa(spec.Version)+":", parts...), nil
 }
+
+// Poison is what the gateway keeps of a message that can never be processed
+// because it has no usable identity: no key, an identity field the ledger
+// cannot store, or a body that is not the broker's message at all. It is not
+// an operation (there is nothing to bind redeliveries to) and it is
+// minimized: never the body, only a fingerprint of it, the message id only
+// when the ledger can hold it, and a bounded reason.
+type Poison struct {
+	Route  string
+	Broker Broker
+	// Fingerprint tells one poison message from another on a route; a
+	// redelivery of the same message has the same one.
+	Fingerprint string
+	MessageID   string
+	Reason      string
+	At          time.Time
+	// Acked says the broker is told ack once the record is kept: the route
+	// dead-letters in the gateway.
+	Acked bool
+}
+
+// maxPoisonMessageID is the longest message id a poison record keeps; a
+// longer one is not a broker's and is left out.
+const maxPoisonMessageID = 256
+
+// NewPoison minimizes a poison message of route r. m is the decoded message,
+// or nil when the body could not be decoded; messageID is the id as far as
+// it could be read. The fingerprint covers what a redelivery repeats: the
+// decoded message's source, id, data and attributes, or else the raw body.
+func NewPoison(r *Route, b Broker, m *Message, body []byte, messageID, reason string, at time.Time) *Poison {
+	var fp string
+	if m != nil {
+		parts := []string{"message", string(m.Broker), m.Source, m.MessageID, string(m.Data)}
+		keys := make([]string, 0, len(m.Attributes))
+		for k := range m.Attributes {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			parts = append(parts, k, m.Attributes[k])
+		}
+		fp = digest("px_", parts...)
+		if messageID == "" {
+			messageID = m.MessageID
+		}
+	} else {
+		fp = digest("px_", "body", string(body))
+	}
+	if Unstorable(messageID) != "" || len(messageID) > maxPoisonMessageID {
+		messageID = ""
+	}
+	return &Poison{
+		Route: r.Name, Broker: b, Fingerprint: fp, MessageID: messageID,
+		Reason: bound(StorableText(reason)), At: at, Acked: r.DeadLetter == DeadLetterGateway,
+	}
+}
+
+// StorableText is s with every NUL byte and invalid UTF-8 sequence replaced
+// by U+FFFD, for free text (a reason) that may quote what a request carried.
+func StorableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}

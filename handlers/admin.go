@@ -35,6 +35,8 @@ type AdminOptions struct {
 	// when set, MetricsToken, which opens /metrics and nothing else.
 	Metrics      http.Handler
 	MetricsToken string
+	// Poison lists the messages kept as poison (GET /v1/poison).
+	Poison PoisonStore
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route

@@ -47,6 +47,9 @@ type IngestOptions struct {
 	// later one is malformed. Zero does not check. Now defaults to time.Now.
 	MaxClockSkew time.Duration
 	Now          func() time.Time
+	// Poison keeps messages without a usable identity (poison.go); without
+	// it they are only refused.
+	Poison PoisonLog
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -106,7 +109,7 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 		}
 		msg, err := decodePubSubRequest(r.Header, route, body)
 		if err != nil {
-			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
+			o.refuseMessage(w, r, gate.BrokerPubSub, route, arrived, body, err)
 			return
 		}
 		if out, ok := o.checkPublishTime(msg); !ok {
@@ -172,6 +175,9 @@ func (o *IngestOptions) deliver(ctx context.Context, w http.ResponseWriter, span
 		o.Logger.ErrorContext(ctx, "delivery failed", "route", route.Name, "message_id", msg.MessageID, "err", err)
 	}
 	out := fromGate(res, err)
+	if out.malformed == malformedIdentity {
+		out = o.poisoned(ctx, route, msg, nil, "", out)
+	}
 	sent, status := o.finish(ctx, w, msg.Broker, route, out)
 	endDelivery(span, out, status)
 	if res != nil {
@@ -180,6 +186,19 @@ func (o *IngestOptions) deliver(ctx context.Context, w http.ResponseWriter, span
 		defer cancel()
 		res.Finish(fctx, o.Logger, sent)
 	}
+}
+
+// refuseMessage refuses a body that does not decode into a message: as a
+// poison message when the message itself is at fault (poisoned), as a plain
+// refusal otherwise.
+func (o *IngestOptions) refuseMessage(w http.ResponseWriter, r *http.Request, b gate.Broker, route *gate.Route, arrived time.Time, body []byte, err error) {
+	ctx, span := o.startDelivery(r, b, route, nil, arrived)
+	out := fromRejection(err)
+	if rej, ok := poisonRejection(err); ok {
+		out = o.poisoned(ctx, route, nil, body, rej.MessageID, out)
+	}
+	_, status := o.finish(ctx, w, b, route, out)
+	endDelivery(span, out, status)
 }
 
 // refuse answers a request that never reached the gate (unknown route, a

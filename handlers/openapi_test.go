@@ -435,6 +435,10 @@ func TestOpenAPIPushAnswers(t *testing.T) {
 	// 204: the same under dead_letter: gateway, dead-lettered and acked.
 	push("ledgered", envelope(msg{ID: "m-dl", Data: "1"}), http.StatusNoContent, requestConforms)
 	push("ledgered", envelope(msg{ID: "m-dl", Data: "2"}), http.StatusNoContent, requestConforms)
+	// 204: poison under dead_letter: gateway, recorded and acked: a body
+	// that is no envelope, an id the ledger cannot hold.
+	push("ledgered", []byte(`{"message":`), http.StatusNoContent, requestViolates)
+	push("ledgered", []byte(`{"message":{"data":"eA==","messageId":"m\u0000"},"subscription":"projects/p/subscriptions/s"}`), http.StatusNoContent, requestConforms)
 
 	// 400: not a push envelope; the spec refuses these bodies too.
 	for _, body := range []string{
@@ -507,6 +511,9 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 	// a conflict record, dead-lettered by the gateway.
 	push("ledgered", msg{ID: "m-cf", Data: "a"})
 	push("ledgered", msg{ID: "m-cf", Data: "b"})
+	// poison records, with and without a message id, acked and refused.
+	e.pushRaw("ledgered", []byte(`{"message":`))
+	e.pushRaw("checked", envelope(msg{ID: "m-nokey", Data: `{"other":1}`}))
 
 	ids := []string{e.opID("orders", acked), e.opID("orders", pending), e.opID("fragile", lost), e.opID("checked", looked)}
 	var conflicts adminapi.OperationList
@@ -542,6 +549,17 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 		t.Errorf("by message id: %+v", list)
 	}
 	admin("/v1/operations?key=m-acked&state=acknowledged", http.StatusOK)
+
+	// Poison records, a page and the page after it.
+	poison := decode[adminapi.PoisonList](t, admin("/v1/poison", http.StatusOK))
+	if len(poison.Poison) != 2 {
+		t.Errorf("poison records = %+v, want 2", poison.Poison)
+	}
+	page := decode[adminapi.PoisonList](t, admin("/v1/poison?limit=1", http.StatusOK))
+	if len(page.Poison) != 1 || page.NextCursor == "" {
+		t.Fatalf("first poison page = %+v", page)
+	}
+	admin("/v1/poison?route=checked&limit=1&cursor="+page.NextCursor, http.StatusOK)
 
 	// Route contracts.
 	routes := decode[adminapi.RouteList](t, admin("/v1/routes", http.StatusOK))
@@ -580,6 +598,9 @@ func TestOpenAPIAdminRefusals(t *testing.T) {
 		{method: http.MethodGet, url: "/v1/operations/" + strings.Repeat("x", 65), token: adminToken, want: http.StatusBadRequest, request: requestViolates},
 		// 400: a cursor this gateway never issued is well-formed for the spec.
 		{method: http.MethodGet, url: "/v1/operations?cursor=bm90IGEgY3Vyc29y", token: adminToken, want: http.StatusBadRequest},
+		{method: http.MethodGet, url: "/v1/poison?limit=0", token: adminToken, want: http.StatusBadRequest, request: requestViolates},
+		{method: http.MethodGet, url: "/v1/poison?cursor=bm90IGEgY3Vyc29y", token: adminToken, want: http.StatusBadRequest},
+		{method: http.MethodGet, url: "/v1/poison", want: http.StatusUnauthorized, request: requestViolates},
 		// 404.
 		{method: http.MethodGet, url: "/v1/operations/op_aaaaaaaaaaaaaaaaaaaaaaaaaa", token: adminToken, want: http.StatusNotFound},
 		{method: http.MethodGet, url: "/v1/routes/no-such-route", token: adminToken, want: http.StatusNotFound},
@@ -726,6 +747,7 @@ func TestOpenAPIUnavailableAnswers(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, url: admin.URL + "/v1/operations", token: adminToken, want: http.StatusServiceUnavailable})
 	c.do(exchange{method: http.MethodGet, url: admin.URL + "/v1/operations/op_aaaaaaaaaaaaaaaaaaaaaaaaaa", token: adminToken, want: http.StatusServiceUnavailable})
 	c.do(exchange{method: http.MethodGet, url: admin.URL + "/v1/routes", token: adminToken, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, url: admin.URL + "/v1/poison", token: adminToken, want: http.StatusServiceUnavailable})
 	// A process built without metrics.
 	c.do(exchange{method: http.MethodGet, url: admin.URL + "/metrics", token: adminToken, want: http.StatusNotFound})
 }

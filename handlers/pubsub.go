@@ -32,8 +32,8 @@ type pushEnvelope struct {
 }
 
 // decodePubSub turns a wrapped push body into a broker-neutral message. Every
-// failure is a *Rejection with a bounded reason: a body we cannot read is
-// never recorded and never acked.
+// failure is a *Rejection with a bounded reason: a body we cannot read never
+// becomes an operation (only a poison record) and is never acked as done.
 func decodePubSub(body []byte) (*gate.Message, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var env pushEnvelope
@@ -59,6 +59,17 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 	if id == "" {
 		return nil, badRequest("message has no messageId")
 	}
+	msg, rej := decodePubSubMessage(&env, id, body)
+	if rej != nil {
+		rej.MessageID = id
+		return nil, rej
+	}
+	return msg, nil
+}
+
+// decodePubSubMessage is decodePubSub once the message id is known.
+func decodePubSubMessage(env *pushEnvelope, id string, body []byte) (*gate.Message, *Rejection) {
+	m := env.Message
 	var data []byte
 	if m.Data != nil {
 		var err error
@@ -119,6 +130,8 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
+// badRequest refuses a message that is malformed in itself: a poison
+// message, which no redelivery can mend.
 func badRequest(format string, args ...any) *Rejection {
-	return &Rejection{Status: http.StatusBadRequest, Reason: fmt.Sprintf(format, args...)}
+	return &Rejection{Status: http.StatusBadRequest, Reason: fmt.Sprintf(format, args...), Poison: true}
 }

@@ -77,9 +77,24 @@ func declaredAttributes(route *gate.Route) map[string]string {
 func decodePubSubUnwrapped(h http.Header, route *gate.Route, body []byte) (*gate.Message, error) {
 	sub, id := h.Get(hdrPubSubSubscription), h.Get(hdrPubSubMessageID)
 	if sub == "" || id == "" {
-		return nil, badRequest("unwrapped push without the %s and %s headers; enable write metadata on the subscription",
+		// The subscription's configuration, not the message: every message
+		// would come so until write metadata is on, and none is poison.
+		rej := badRequest("unwrapped push without the %s and %s headers; enable write metadata on the subscription",
 			strings.ToLower(hdrPubSubSubscription), strings.ToLower(hdrPubSubMessageID))
+		rej.Poison = false
+		return nil, rej
 	}
+	msg, rej := decodeUnwrappedMessage(h, route, body, sub, id)
+	if rej != nil {
+		rej.MessageID = id
+		return nil, rej
+	}
+	return msg, nil
+}
+
+// decodeUnwrappedMessage is decodePubSubUnwrapped once the subscription and
+// message id are known.
+func decodeUnwrappedMessage(h http.Header, route *gate.Route, body []byte, sub, id string) (*gate.Message, *Rejection) {
 	if len(h.Values(hdrPubSubSubscription)) > 1 || len(h.Values(hdrPubSubMessageID)) > 1 {
 		return nil, badRequest("unwrapped push repeats its subscription or message id header")
 	}

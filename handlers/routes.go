@@ -23,6 +23,7 @@ func addAdminRoutes(r chi.Router, o *AdminOptions) {
 		r.Get("/v1/operations/{id}", handleGetOperation(o))
 		r.Get("/v1/routes", handleListRoutes(o))
 		r.Get("/v1/routes/{name}", handleGetRoute(o))
+		r.Get("/v1/poison", handleListPoison(o))
 	})
 	// A scraper may hold the metrics token, which opens nothing but this.
 	r.With(requireToken(o.Token, o.MetricsToken)).Method(http.MethodGet, "/metrics", o.Metrics)

@@ -67,7 +67,7 @@ func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 		}
 		msg, err := snsToMessage(m, body)
 		if err != nil {
-			o.refuse(w, r, gate.BrokerSNS, route, arrived, fromRejection(err))
+			o.refuseMessage(w, r, gate.BrokerSNS, route, arrived, body, err)
 			return
 		}
 		o.accept(w, r, route, msg, arrived)
@@ -117,7 +117,9 @@ func checkSNSHeaders(h http.Header, m *brokerauth.SNSMessage) error {
 func snsToMessage(m *brokerauth.SNSMessage, body []byte) (*gate.Message, error) {
 	published, err := parsePublishTime(m.Timestamp)
 	if err != nil {
-		return nil, badRequest("SNS Timestamp %v", err)
+		rej := badRequest("SNS Timestamp %v", err)
+		rej.MessageID = m.MessageID
+		return nil, rej
 	}
 	msg := &gate.Message{
 		Broker: gate.BrokerSNS, Source: m.TopicArn, MessageID: m.MessageID,
@@ -146,7 +148,7 @@ func (o *IngestOptions) snsRaw(w http.ResponseWriter, r *http.Request, route *ga
 	}
 	msg, err := decodeSNSRaw(r.Header, body)
 	if err != nil {
-		o.refuse(w, r, gate.BrokerSNS, route, arrived, fromRejection(err))
+		o.refuseMessage(w, r, gate.BrokerSNS, route, arrived, body, err)
 		return
 	}
 	// Raw routes authenticate with basic credentials, which config only
@@ -164,7 +166,9 @@ func decodeSNSRaw(h http.Header, body []byte) (*gate.Message, error) {
 		return nil, badRequest("raw delivery needs the x-amz-sns-message-id and x-amz-sns-topic-arn headers")
 	}
 	if len(id) > 256 || len(topic) > 512 {
-		return nil, badRequest("x-amz-sns-message-id or x-amz-sns-topic-arn is too long")
+		rej := badRequest("x-amz-sns-message-id or x-amz-sns-topic-arn is too long")
+		rej.MessageID = id
+		return nil, rej
 	}
 	return &gate.Message{Broker: gate.BrokerSNS, Source: topic, MessageID: id, Data: body, Envelope: body}, nil
 }

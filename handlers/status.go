@@ -16,6 +16,11 @@ import (
 type Rejection struct {
 	Status int
 	Reason string
+	// Poison says the message itself can never be processed (not the
+	// request's transport, nor the route's configuration); MessageID is its
+	// id as far as it was read. Such a message is kept as a poison record.
+	Poison    bool
+	MessageID string
 }
 
 func (r *Rejection) Error() string { return r.Reason }

@@ -37,6 +37,8 @@ var (
 	_ handlers.EvidenceStore   = (*storage.Ledger)(nil)
 	_ handlers.SubscriptionLog = (*storage.Subscriptions)(nil)
 	_ handlers.Deliverer       = (*gate.Gate)(nil)
+	_ handlers.PoisonLog       = (*storage.PoisonLog)(nil)
+	_ handlers.PoisonStore     = (*storage.PoisonLog)(nil)
 )
 
 // Options is what New takes from its caller; everything else is built from it.
@@ -69,6 +71,7 @@ type Gateway struct {
 	Gate          *gate.Gate
 	Ledger        *storage.Ledger
 	Subscriptions *storage.Subscriptions
+	Poison        *storage.PoisonLog
 	Pool          *pgxpool.Pool
 	Redis         redis.UniversalClient
 
@@ -124,6 +127,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	}
 	g.Ledger = storage.NewLedger(g.Pool)
 	g.Subscriptions = storage.NewSubscriptions(g.Pool)
+	g.Poison = storage.NewPoisonLog(g.Pool, 0)
 	if err = observeLanes(tel.Metrics, o.Routes, g.Ledger); err != nil {
 		return nil, err
 	}
@@ -142,12 +146,12 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.IngestOptions = handlers.IngestOptions{
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
-		MaxClockSkew: s.MaxClockSkew, Now: o.Now,
+		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	g.Admin = handlers.NewAdmin(handlers.AdminOptions{
 		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
-		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken,
+		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, Poison: g.Poison,
 	})
 	return g, nil
 }
