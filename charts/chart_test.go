@@ -1323,7 +1323,8 @@ func TestChartCoversEverySetting(t *testing.T) {
 		t.Fatalf("config.Usage listed only %v", gateway)
 	}
 	chart := map[string]bool{}
-	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}", "metricsToken: {value: metrics-token-0123456789}"} {
+	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}", "metricsToken: {value: metrics-token-0123456789}",
+		"keyHashSecret: {value: key-hash-secret-0123456789abcdef0123}"} {
 		for k := range envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, extra)))) {
 			chart[k] = true
 		}
@@ -1373,5 +1374,35 @@ extraEnvFrom:
 	}
 	if last := c.Env[len(c.Env)-1].Name; last != "ORDERS_SNS_BASIC_PASSWORD" {
 		t.Errorf("last variable %s: extra variables should follow the chart's", last)
+	}
+}
+
+// TestKeyHashSecret: the secret that private operation keys are hashed with
+// reaches the gateway from a Secret (the chart's own or an existing one),
+// never inline, and is set only when given; a short one is refused.
+func TestKeyHashSecret(t *testing.T) {
+	t.Parallel()
+	const secret = "key-hash-secret-0123456789abcdef0123"
+	if _, set := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))["GATEWAY_KEY_HASH_SECRET"]; set {
+		t.Error("GATEWAY_KEY_HASH_SECRET is set without a value")
+	}
+	r := mustRender(t, withExampleRoutes(t, "keyHashSecret: {value: "+secret+"}"))
+	if got := envSource(t, gatewayContainer(t, r))["GATEWAY_KEY_HASH_SECRET"]; got != "secret:"+fullname+"/key-hash-secret" {
+		t.Errorf("GATEWAY_KEY_HASH_SECRET from %q, want the chart's Secret", got)
+	}
+	if sec := get[corev1.Secret](t, r, fullname); string(sec.Data["key-hash-secret"]) != secret {
+		t.Error("the chart's Secret does not hold the key hash secret")
+	}
+	for _, o := range r.objects {
+		if o.kind != "v1/Secret" && strings.Contains(o.text, secret) {
+			t.Errorf("%s %s contains the key hash secret", o.kind, o.meta.GetName())
+		}
+	}
+	r = mustRender(t, withExampleRoutes(t, "keyHashSecret: {existingSecret: hashing, existingSecretKey: hmac}"))
+	if got := envSource(t, gatewayContainer(t, r))["GATEWAY_KEY_HASH_SECRET"]; got != "secret:hashing/hmac" {
+		t.Errorf("GATEWAY_KEY_HASH_SECRET from %q, want the existing Secret", got)
+	}
+	if _, err := render(t, withExampleRoutes(t, "keyHashSecret: {value: too-short}")); err == nil {
+		t.Error("a key hash secret shorter than 32 characters was accepted")
 	}
 }

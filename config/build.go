@@ -175,11 +175,14 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	r.Private = sortedUnique(spec.Private)
 	for _, p := range r.Private {
 		if strings.TrimSpace(p) == "" {
-			errs.add("private", "attribute names must not be empty")
+			errs.add("private", "attribute names and JSON pointers must not be empty")
 		}
 	}
-	if r.Key.Kind == gate.KeyAttribute && slices.Contains(r.Private, r.Key.Name) {
-		errs.add("operation_key.name", "attribute %q is private, but the operation key is stored in plain text in the ledger", r.Key.Name)
+	// A key drawn from a private field is kept only as its keyed hash. An
+	// entry is an attribute name or, starting with /, a JSON pointer into the
+	// data, matched exactly against the key's name.
+	if r.Key.Kind == gate.KeyAttribute || r.Key.Kind == gate.KeyJSONPointer {
+		r.Key.Hashed = slices.Contains(r.Private, r.Key.Name)
 	}
 	return r, errs
 }

@@ -27,6 +27,8 @@
 //	GATEWAY_SHUTDOWN_TIMEOUT      25s, inside Kubernetes' default 30 s grace period
 //	GATEWAY_MAX_CLOCK_SKEW        5m (at most 24h); a Pub/Sub publishTime further ahead
 //	                              of this gateway's clock is malformed
+//	GATEWAY_KEY_HASH_SECRET       required (at least 32 characters) when a route keys
+//	                              on a private field: the secret of the key's HMAC
 //	GATEWAY_OIDC_JWKS_URL         https://www.googleapis.com/oauth2/v3/certs (keys of Pub/Sub push tokens)
 //	GATEWAY_SNS_TRUSTED_URL_PREFIXES
 //	                              empty; SNS emulators only: URL prefixes (ending in /)
@@ -99,7 +101,8 @@
 //	                  7 days by default (10m to 31 days)
 //	retention         pubsub: broker_retention + 1 day (8 days by default);
 //	                  sns: 2h
-//	private           attribute names never stored or logged
+//	private           attribute names, and JSON pointers into the data
+//	                  (starting with /), never stored or logged
 //
 // Why these defaults:
 //
@@ -132,9 +135,14 @@
 // ResolveCredentials reads them once at start, and only the names are part of
 // the route's contract and of GET /v1/routes.
 //
-// Private attributes may still appear in fingerprint.attributes, since only
-// their hash is kept, but not as the operation key, which the ledger stores in
-// plain text.
+// Private fields may still appear in fingerprint.attributes and
+// fingerprint.pointers, since only a hash of them is kept. They may also be
+// the operation key: such a key (operation_key.name listed in private) is kept
+// only as its HMAC-SHA256 under GATEWAY_KEY_HASH_SECRET, and the contract says
+// so (operation_key.hashed). A keyed hash, unlike a plain one, cannot be
+// checked against guesses (an email address, a payment id) without the
+// secret. Changing the secret changes every such key, so a redelivery after
+// the change is taken for a new message.
 //
 // # Contract version
 //

@@ -251,10 +251,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"message id key with name", func(m map[string]any) {
 			m["operation_key"] = map[string]any{"kind": "message_id", "name": "x"}
 		}, `route "r": operation_key.name: must be empty for kind message_id`},
-		{"private operation key", func(m map[string]any) {
-			m["operation_key"] = map[string]any{"kind": "attribute", "name": "email"}
-			m["private"] = []string{"email"}
-		}, `route "r": operation_key.name: attribute "email" is private`},
+		{"empty private entry", func(m map[string]any) { m["private"] = []string{" "} }, `route "r": private: attribute names and JSON pointers must not be empty`},
 		{"fingerprint pointer", func(m map[string]any) { m["fingerprint"] = map[string]any{"pointers": []string{"amount"}} }, `route "r": fingerprint.pointers: JSON pointer "amount" must start with /`},
 		{"fingerprint version", func(m map[string]any) { m["fingerprint"] = map[string]any{"version": 0} }, `route "r": fingerprint.version: must be 1 or more`},
 		{"fingerprint empty", func(m map[string]any) { m["fingerprint"] = map[string]any{"data": false} }, `route "r": fingerprint: covers nothing`},
@@ -272,6 +269,43 @@ func TestInvalidRoutes(t *testing.T) {
 				t.Fatalf("error:\n%v\nwant it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A key drawn from a field listed as private, an attribute or a JSON
+// pointer, is marked hashed in the contract (and so changes its version);
+// any other key is not.
+func TestPrivateKeyIsHashed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind, name string
+		private    []string
+		hashed     bool
+	}{
+		{"attribute", "email", []string{"email"}, true},
+		{"json_pointer", "/payment/id", []string{"/payment/id", "email"}, true},
+		{"attribute", "order_id", []string{"email"}, false},
+		{"json_pointer", "/payment/id", []string{"/payment"}, false},
+		{"message_id", "", []string{"email"}, false},
+	} {
+		m := baseRoute()
+		m["operation_key"] = map[string]any{"kind": c.kind, "name": c.name}
+		m["private"] = c.private
+		routes, err := config.ParseRoutes(routesYAML(t, m))
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.kind, c.name, err)
+		}
+		r := routes[0]
+		if r.Key.Hashed != c.hashed || r.HashKey != nil {
+			t.Errorf("%s %s private %v: hashed %v, want %v (and no hash before wiring)", c.kind, c.name, c.private, r.Key.Hashed, c.hashed)
+		}
+		if c.hashed {
+			plain := *r
+			plain.Key.Hashed = false
+			if config.ContractVersion(&plain) == r.ContractVersion {
+				t.Errorf("%s %s: hashing the key leaves the contract version unchanged", c.kind, c.name)
+			}
+		}
 	}
 }
 

@@ -58,6 +58,9 @@ type Settings struct {
 	// publishTime may be: a later one did not come from a broker that keeps
 	// our time, and it would hide a message's age from the retention check.
 	MaxClockSkew time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"5m" desc:"how far a Pub/Sub publishTime may be ahead of this gateway's clock; a later one is malformed (400)"`
+	// KeyHashSecret keys the hash of operation keys drawn from private fields
+	// (gate.NewKeyHash); required when a route keys on one.
+	KeyHashSecret string `envconfig:"KEY_HASH_SECRET" desc:"secret of the HMAC-SHA256 that operation keys drawn from private fields are kept as (required when a route keys on one, at least 32 characters; changing it makes redeliveries of such messages look new)"`
 
 	// Broker authentication (package brokerauth). The trusted prefixes are
 	// for SNS emulators only and stay empty in production.
@@ -67,6 +70,10 @@ type Settings struct {
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
+
+// MinKeyHashSecretLen is the shortest key hash secret accepted: 32 bytes,
+// the size of the HMAC-SHA256 output it keys.
+const MinKeyHashSecretLen = 32
 
 // maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
 // bound no longer tells a skewed clock from a forged time.
@@ -238,7 +245,25 @@ func (s Settings) CheckRoutes(routes []*gate.Route) error {
 			errs = append(errs, fmt.Errorf("%s_WRITE_TIMEOUT: %s does not exceed route %q's ack_deadline (%s)", EnvPrefix, s.WriteTimeout, r.Name, r.AckDeadline))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.CheckKeyHashSecret(routes))...)
+}
+
+// CheckKeyHashSecret requires GATEWAY_KEY_HASH_SECRET, long enough, when a
+// route keys on a private field: without it the key could only be stored
+// in clear, which the route forbids.
+func (s Settings) CheckKeyHashSecret(routes []*gate.Route) error {
+	for _, r := range routes {
+		if !r.Key.Hashed {
+			continue
+		}
+		switch {
+		case s.KeyHashSecret == "":
+			return fmt.Errorf("%s_KEY_HASH_SECRET: required: route %q keys on private field %q, which is kept only as a keyed hash", EnvPrefix, r.Name, r.Key.Name)
+		case len(s.KeyHashSecret) < MinKeyHashSecretLen:
+			return fmt.Errorf("%s_KEY_HASH_SECRET: must be at least %d characters", EnvPrefix, MinKeyHashSecretLen)
+		}
+	}
+	return nil
 }
 
 // RedisOptions builds the go-redis options for a standalone server (from
@@ -311,6 +336,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("idle_timeout", s.IdleTimeout),
 		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
 		slog.Duration("max_clock_skew", s.MaxClockSkew),
+		slog.Bool("key_hash_secret_set", s.KeyHashSecret != ""),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.String("log_level", s.LogLevel.String()),
@@ -396,6 +422,8 @@ func (s *Settings) set(key, raw string) error {
 		s.ShutdownTimeout, err = parseDuration(raw)
 	case "MAX_CLOCK_SKEW":
 		s.MaxClockSkew, err = parseDuration(raw)
+	case "KEY_HASH_SECRET":
+		s.KeyHashSecret = raw
 	case "OIDC_JWKS_URL":
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":

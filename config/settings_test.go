@@ -286,9 +286,10 @@ func TestRedisOptions(t *testing.T) {
 func TestSettingsLogValueRedactsSecrets(t *testing.T) {
 	t.Parallel()
 	s, err := config.LoadSettings(env(map[string]string{
-		"GATEWAY_DATABASE_URL": "postgres://ackgate:db-secret@db/ackgate",
-		"GATEWAY_REDIS_URL":    "redis://:redis-secret@r:6379/0",
-		"GATEWAY_ADMIN_TOKEN":  "admin-secret-0123456789",
+		"GATEWAY_DATABASE_URL":    "postgres://ackgate:db-secret@db/ackgate",
+		"GATEWAY_REDIS_URL":       "redis://:redis-secret@r:6379/0",
+		"GATEWAY_ADMIN_TOKEN":     "admin-secret-0123456789",
+		"GATEWAY_KEY_HASH_SECRET": "key-hash-secret-0123456789abcdef0123",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +297,7 @@ func TestSettingsLogValueRedactsSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("settings", "settings", s)
 	out := buf.String()
-	for _, secret := range []string{"db-secret", "redis-secret", "admin-secret"} {
+	for _, secret := range []string{"db-secret", "redis-secret", "admin-secret", "key-hash-secret"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("log output contains %q: %s", secret, out)
 		}
@@ -316,7 +317,7 @@ func TestUsageListsEveryVariable(t *testing.T) {
 		"GATEWAY_DATABASE_URL", "GATEWAY_REDIS_URL", "GATEWAY_REDIS_ADDRS", "GATEWAY_REDIS_MASTER_NAME",
 		"GATEWAY_ROUTES_FILE", "GATEWAY_LISTEN_ADDR", "GATEWAY_ADMIN_ADDR", "GATEWAY_ADMIN_TOKEN",
 		"GATEWAY_MAX_BODY_BYTES", "GATEWAY_WRITE_TIMEOUT", "GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL",
-		"GATEWAY_INSTANCE_ID",
+		"GATEWAY_INSTANCE_ID", "GATEWAY_MAX_CLOCK_SKEW", "GATEWAY_KEY_HASH_SECRET",
 	} {
 		if !strings.Contains(buf.String(), v) {
 			t.Errorf("usage lacks %s:\n%s", v, buf.String())

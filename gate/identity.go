@@ -1,9 +1,11 @@
 package gate
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"slices"
@@ -79,6 +81,13 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	if r.Key.Hashed {
+		if r.HashKey == nil {
+			// A wiring fault, not the message's: it must not be refused as one.
+			return Identity{}, fmt.Errorf("route %s keys on private field %q but has no key hash", r.Name, r.Key.Name)
+		}
+		key = r.HashKey(key)
+	}
 	for _, f := range []struct{ name, value string }{{"operation key", key}, {"message id", m.MessageID}, {"source", m.Source}} {
 		if err := storableText(f.name, f.value); err != nil {
 			return Identity{}, err
@@ -98,6 +107,24 @@ func Identify(r *Route, m *Message) (Identity, error) {
 		Fingerprint:    fp,
 		IdempotencyKey: digest("ik_", scope, fp),
 	}, nil
+}
+
+// HashedKeyPrefix starts every key kept as a keyed hash.
+const HashedKeyPrefix = "hmac-sha256:"
+
+// NewKeyHash returns the keyed hash of keys drawn from private fields:
+// HMAC-SHA256 under secret, hex-encoded after HashedKeyPrefix. It is
+// deterministic, so redeliveries still find their operation, and without the
+// secret a stored key cannot be checked against guesses (an email address, a
+// payment id), as a plain hash could. Changing the secret changes every such
+// key: a message redelivered after the change looks new.
+func NewKeyHash(secret []byte) func(key string) string {
+	secret = slices.Clone(secret)
+	return func(key string) string {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(key))
+		return HashedKeyPrefix + hex.EncodeToString(m.Sum(nil))
+	}
 }
 
 // storableText refuses a value the ledger keeps as text that Postgres cannot

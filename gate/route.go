@@ -93,6 +93,9 @@ type KeySource struct {
 	Kind KeyKind `json:"kind"`
 	// Name is the attribute name for KeyAttribute, the pointer for KeyJSONPointer.
 	Name string `json:"name,omitempty"`
+	// Hashed says Name is a field the route lists as private: the key is
+	// kept only as its keyed hash (Route.HashKey), never in clear.
+	Hashed bool `json:"hashed,omitempty"`
 }
 
 // FingerprintSpec names the fields that define "the same intent". Version is
@@ -187,6 +190,10 @@ type Route struct {
 	Retention time.Duration `json:"retention"`
 	// Private attributes are neither stored, fingerprinted into logs, nor logged.
 	Private []string `json:"private,omitempty"`
+	// HashKey turns a key drawn from a private field (Key.Hashed) into what
+	// the ledger keeps; NewKeyHash builds it from a secret the process holds,
+	// which is never part of the contract.
+	HashKey func(key string) string `json:"-"`
 
 	// ContractVersion identifies this exact contract (a hash of the route as
 	// loaded), so evidence says which rules it was produced under.

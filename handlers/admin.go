@@ -193,6 +193,7 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, msg)
 			return
 		}
+		f.Key = ledgerKey(o.Routes, f.Route, f.Key)
 		ops, next, err := o.Evidence.List(r.Context(), f)
 		if errors.Is(err, adminapi.ErrInvalidFilter) {
 			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
@@ -205,6 +206,22 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, adminapi.OperationList{Operations: nonNil(ops), NextCursor: next})
 	}
+}
+
+// ledgerKey is the key to search for: on a route whose key is drawn from a
+// private field the ledger holds only the key's keyed hash, so an operator
+// who has the value in clear (and names the route) is searched by its hash.
+// A key already hashed is taken as it is.
+func ledgerKey(routes []*gate.Route, route, key string) string {
+	if key == "" || route == "" || strings.HasPrefix(key, gate.HashedKeyPrefix) {
+		return key
+	}
+	for _, r := range routes {
+		if r.Name == route && r.Key.Hashed && r.HashKey != nil {
+			return r.HashKey(key)
+		}
+	}
+	return key
 }
 
 // maxQueryText bounds every free-text query parameter of the admin API.

@@ -474,12 +474,13 @@ func TestOpenAPIPushAnswers(t *testing.T) {
 // cursors and route contracts, validated against openapi.yaml.
 func TestOpenAPIAdminAnswers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, true,
+	e := newEnvWith(t, true,
 		routeYAML("orders", "idempotent", "broker", "    sources: [projects/p/subscriptions/s]\n    private: [email]\n    fingerprint:\n      data: true\n      attributes: [event_type]\n")+
 			"      headers:\n        Authorization: Bearer downstream-secret\n"+
 			routeYAML("ledgered", "idempotent", "gateway", "")+
 			routeYAML("fragile", "unsafe", "broker", "")+
-			routeYAML("checked", "lookup", "broker", "    operation_key:\n      kind: json_pointer\n      name: /id\n"))
+			routeYAML("checked", "lookup", "broker", "    operation_key:\n      kind: json_pointer\n      name: /id\n    private: [/id]\n"),
+		map[string]string{"GATEWAY_KEY_HASH_SECRET": keyHashSecret})
 	c := &specClient{t: t, v: newSpecValidator(t)}
 	push := func(route string, m msg) {
 		t.Helper()
@@ -549,6 +550,10 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 		t.Errorf("by message id: %+v", list)
 	}
 	admin("/v1/operations?key=m-acked&state=acknowledged", http.StatusOK)
+	// A private key: searched in clear on its route, shown hashed.
+	if l := decode[adminapi.OperationList](t, admin("/v1/operations?route=checked&key=pay-1", http.StatusOK)); len(l.Operations) != 1 || l.Operations[0].Key == "pay-1" {
+		t.Errorf("by private key: %+v", l)
+	}
 
 	// Poison records, a page and the page after it.
 	poison := decode[adminapi.PoisonList](t, admin("/v1/poison", http.StatusOK))
@@ -570,7 +575,9 @@ func TestOpenAPIAdminAnswers(t *testing.T) {
 	if rt.Effect.Headers["Authorization"] != "(redacted)" || rt.AckDeadline <= 0 {
 		t.Errorf("route contract = %+v", rt)
 	}
-	admin("/v1/routes/checked", http.StatusOK)
+	if rt := decode[gate.Route](t, admin("/v1/routes/checked", http.StatusOK)); !rt.Key.Hashed {
+		t.Errorf("checked's contract %+v does not say its key is hashed", rt.Key)
+	}
 
 	// The process's Prometheus exposition, after all of the above.
 	if body := admin("/metrics", http.StatusOK); !bytes.Contains(body, []byte("# TYPE ")) {

@@ -61,7 +61,9 @@ func declaredAttributes(route *gate.Route) map[string]string {
 		add(a)
 	}
 	for _, a := range route.Private {
-		add(a)
+		if !strings.HasPrefix(a, "/") { // a JSON pointer into the data, not an attribute
+			add(a)
+		}
 	}
 	add("googclient_traceparent")
 	add("googclient_tracestate")

@@ -270,12 +270,17 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 }
 
 // Logs carry ids, routes and reasons; never message bodies, and never an
-// attribute the route marks private, whatever path the delivery takes.
+// attribute the route marks private, whatever path the delivery takes, even
+// when the private attribute is the operation key (which reasons quote).
 func TestLogsCarryNoBodiesOrPrivateAttributes(t *testing.T) {
 	t.Parallel()
 	const body, secret = "BODY-MARKER-7f3a", "PRIVATE-MARKER-91c2"
-	e := newEnv(t, false, routeYAML("orders", "unsafe", "broker", "    private: [card]\n"))
+	e := newEnvWith(t, false, routeYAML("orders", "unsafe", "broker", "    private: [card]\n")+
+		routeYAML("keyed", "unsafe", "broker", "    operation_key: {kind: attribute, name: card}\n    private: [card]\n"),
+		map[string]string{"GATEWAY_KEY_HASH_SECRET": keyHashSecret})
 	attrs := map[string]string{"card": secret}
+	wantStatus(t, e.push("keyed", msg{ID: "k-1", Data: body, Attrs: attrs}), http.StatusNoContent)
+	wantStatus(t, e.push("keyed", msg{ID: "k-2", Data: body + "-changed", Attrs: attrs}), http.StatusServiceUnavailable) // conflict on the key
 	wantStatus(t, e.push("orders", msg{ID: "ok", Data: body, Attrs: attrs}), http.StatusNoContent)
 	wantStatus(t, e.push("orders", msg{ID: "ok", Data: body + "-changed", Attrs: attrs}), http.StatusServiceUnavailable) // conflict
 	e.down.set(status(http.StatusBadRequest))

@@ -44,7 +44,9 @@ var (
 // Options is what New takes from its caller; everything else is built from it.
 type Options struct {
 	Settings config.Settings
-	Routes   []*gate.Route
+	// Routes are bound to this gateway: a route that keys on a private field
+	// gets its HashKey from Settings.KeyHashSecret.
+	Routes []*gate.Route
 	// Getenv supplies the secrets the routes name (verification tokens, basic
 	// credentials); nil supplies none. A missing secret fails New: a route
 	// must not start without the credential it says it checks.
@@ -106,6 +108,17 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	auth, err := brokerAuth(s, o.Routes, o.Getenv, log)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.CheckKeyHashSecret(o.Routes); err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	if s.KeyHashSecret != "" {
+		hash := gate.NewKeyHash([]byte(s.KeyHashSecret))
+		for _, r := range o.Routes {
+			if r.Key.Hashed {
+				r.HashKey = hash
+			}
+		}
 	}
 	ropts, err := s.RedisOptions()
 	if err != nil {

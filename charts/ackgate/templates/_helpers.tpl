@@ -111,10 +111,14 @@ below return "name/key" of where the setting lives, or "" when it is not set.
 {{- include "ackgate.secretRef" (list . .Values.metricsToken.value .Values.metricsToken.existingSecret .Values.metricsToken.existingSecretKey "metrics-token" "metricsToken") }}
 {{- end }}
 
+{{- define "ackgate.keyHashSecretRef" -}}
+{{- include "ackgate.secretRef" (list . .Values.keyHashSecret.value .Values.keyHashSecret.existingSecret .Values.keyHashSecret.existingSecretKey "key-hash-secret" "keyHashSecret") }}
+{{- end }}
+
 {{/* True (non-empty) when the chart has to create its own Secret. */}}
 {{- define "ackgate.needsSecret" -}}
 {{- $v := .Values }}
-{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) (and $v.metricsToken.value (not $v.metricsToken.existingSecret)) }}true{{- end }}
+{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) (and $v.metricsToken.value (not $v.metricsToken.existingSecret)) (and $v.keyHashSecret.value (not $v.keyHashSecret.existingSecret)) }}true{{- end }}
 {{- end }}
 
 {{/*
@@ -173,7 +177,8 @@ nothing; fails the release with a message naming the value.
 {{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
 {{- end }}
 {{- end }}
-{{- $managedToo := list "GATEWAY_MAX_CLOCK_SKEW" }}
+{{- $_ := include "ackgate.keyHashSecretRef" . }}
+{{- $managedToo := list "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" }}
 {{- range $v.extraEnv }}
 {{- if has .name $managedToo }}
 {{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
