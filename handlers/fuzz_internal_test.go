@@ -22,6 +22,9 @@ var fuzzRoutes = []*gate.Route{
 		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true, Attributes: []string{"Region", "event_type"}}},
 	{Name: "bypointer", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyJSONPointer, Name: "/order/id"},
 		Fingerprint: gate.FingerprintSpec{Version: 1, Pointers: []string{"/amount"}}},
+	{Name: "byprivate", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyAttribute, Name: "order_id", Hashed: true},
+		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true}, Private: []string{"order_id"},
+		HashKey: gate.NewKeyHash([]byte("fuzz-key-hash-secret-0123456789abcdef"))},
 }
 
 func FuzzDecodePubSubWrapped(f *testing.F) {

@@ -174,13 +174,19 @@ func validHeader(name, value string) bool {
 	return true
 }
 
-// FuzzAdminQuery sends arbitrary filters, cursors and ids to the admin API:
-// each is answered, never with a 5xx, on a ledger that holds records.
+// FuzzAdminQuery sends arbitrary filters, cursors and ids to the admin API
+// (operations and poison records): each is answered, never with a 5xx, on a
+// ledger that holds records of both.
 func FuzzAdminQuery(f *testing.F) {
 	e := newEnv(f, false, fuzzPushRoutes)
 	for _, m := range []msg{{ID: "m-1", Data: "x"}, {ID: "m-2", Data: "y"}} {
 		if r := e.push("byid", m); r.Status != http.StatusNoContent {
 			f.Fatalf("seeding the ledger: %d %s", r.Status, r.Raw)
+		}
+	}
+	for _, body := range []string{`{"message":`, `{nope`} {
+		if r := e.pushRaw("byattr", []byte(body)); r.Status != http.StatusNoContent {
+			f.Fatalf("seeding the poison records: %d %s", r.Status, r.Raw)
 		}
 	}
 	f.Add("byid", "acknowledged", "m-1", "m-1", "10", "", "op_x")
@@ -194,7 +200,13 @@ func FuzzAdminQuery(f *testing.F) {
 				q.Set(k, v)
 			}
 		}
-		for _, path := range []string{"/v1/operations?" + q.Encode(), "/v1/operations/" + url.PathEscape(id)} {
+		pq := url.Values{}
+		for k, v := range map[string]string{"route": route, "limit": limit, "cursor": cursor} {
+			if v != "" {
+				pq.Set(k, v)
+			}
+		}
+		for _, path := range []string{"/v1/operations?" + q.Encode(), "/v1/operations/" + url.PathEscape(id), "/v1/poison?" + pq.Encode()} {
 			status, reason := adminGetT(t, e, path)
 			if status >= 500 {
 				t.Fatalf("%s: input alone answered %d: %s", path, status, reason)
