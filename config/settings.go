@@ -25,6 +25,14 @@ const EnvPrefix = "GATEWAY"
 // MinAdminTokenLen is the shortest admin token serve accepts.
 const MinAdminTokenLen = 16
 
+// MinKeyHashSecretLen is the shortest key hash secret accepted: 32 bytes,
+// the size of the HMAC-SHA256 output it keys.
+const MinKeyHashSecretLen = 32
+
+// maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
+// bound no longer tells a skewed clock from a forged time.
+const maxClockSkewLimit = 24 * time.Hour
+
 // Settings are the process settings, read from GATEWAY_* environment
 // variables. The struct tags are envconfig's: they name the variable, its
 // default and its description (see Usage).
@@ -70,14 +78,6 @@ type Settings struct {
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
-
-// MinKeyHashSecretLen is the shortest key hash secret accepted: 32 bytes,
-// the size of the HMAC-SHA256 output it keys.
-const MinKeyHashSecretLen = 32
-
-// maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
-// bound no longer tells a skewed clock from a forged time.
-const maxClockSkewLimit = 24 * time.Hour
 
 // maxBodyLimit is the largest MaxBodyBytes accepted: a 10 MB Pub/Sub message
 // base64-encoded inside its envelope, with room to spare.

@@ -246,7 +246,7 @@ const maxPoisonMessageID = 256
 // or nil when the body could not be decoded; messageID is the id as far as
 // it could be read. The fingerprint covers what a redelivery repeats: the
 // decoded message's source, id, data and attributes, or else the raw body.
-func NewPoison(r *Route, b Broker, m *Message, body []byte, messageID, reason string, at time.Time) *Poison {
+func NewPoison(r *Route, m *Message, body []byte, messageID, reason string, at time.Time) *Poison {
 	var fp string
 	if m != nil {
 		parts := []string{"message", string(m.Broker), m.Source, m.MessageID, string(m.Data)}
@@ -269,7 +269,7 @@ func NewPoison(r *Route, b Broker, m *Message, body []byte, messageID, reason st
 		messageID = ""
 	}
 	return &Poison{
-		Route: r.Name, Broker: b, Fingerprint: fp, MessageID: messageID,
+		Route: r.Name, Broker: r.Broker, Fingerprint: fp, MessageID: messageID,
 		Reason: bound(StorableText(reason)), At: at, Acked: r.DeadLetter == DeadLetterGateway,
 	}
 }

@@ -31,12 +31,12 @@ type AdminOptions struct {
 	Evidence EvidenceStore
 	Routes   []*gate.Route
 	Logger   *slog.Logger
+	// Poison lists the messages kept as poison (GET /v1/poison).
+	Poison PoisonStore
 	// Metrics serves GET /metrics (Prometheus), behind the admin token or,
 	// when set, MetricsToken, which opens /metrics and nothing else.
 	Metrics      http.Handler
 	MetricsToken string
-	// Poison lists the messages kept as poison (GET /v1/poison).
-	Poison PoisonStore
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route

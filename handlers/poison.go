@@ -38,7 +38,7 @@ func (o *IngestOptions) poisoned(ctx context.Context, route *gate.Route, m *gate
 	if o.Poison == nil {
 		return out
 	}
-	p := gate.NewPoison(route, route.Broker, m, body, messageID, out.reason, o.Now())
+	p := gate.NewPoison(route, m, body, messageID, out.reason, o.Now())
 	kept, err := o.Poison.Record(ctx, p)
 	switch {
 	case err != nil:

@@ -85,6 +85,13 @@ func (m *Metrics) Delivered(ctx context.Context, r *gate.Route, b gate.Broker, d
 	m.gate.Record(ctx, gateTime.Seconds(), attrs)
 }
 
+// Malformed counts a delivery refused as malformed. kind comes from the
+// handlers' small fixed set, never from the request.
+func (m *Metrics) Malformed(ctx context.Context, b gate.Broker, route, kind string) {
+	m.malformed.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
+		attribute.String("route", route), attribute.String("kind", kind)))
+}
+
 // Transitioned implements gate.Recorder.
 func (m *Metrics) Transitioned(ctx context.Context, r *gate.Route, steps []gate.Step) {
 	for _, s := range steps {
@@ -113,13 +120,6 @@ func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptK
 func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
 	m.responses.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
 		attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
-}
-
-// Malformed counts a delivery refused as malformed. kind comes from the
-// handlers' small fixed set, never from the request.
-func (m *Metrics) Malformed(ctx context.Context, b gate.Broker, route, kind string) {
-	m.malformed.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
-		attribute.String("route", route), attribute.String("kind", kind)))
 }
 
 // Lane is how many operations of a route are open in one state.
