@@ -19,6 +19,9 @@ type owned struct {
 	d     *delivery
 	op    *Operation // the operation as this owner last wrote it; nil before claim
 	lease Lease
+	// firstExpiry is when the lease as first taken would have lapsed; the
+	// total extension past it is capped by the route's MaxExtension.
+	firstExpiry time.Time
 	// extensions counts lease renewals; leaseLost is set when a renewal found
 	// the lease gone. Both are recorded with the settling write.
 	extensions int
@@ -263,15 +266,16 @@ func (o *owned) callDeadline() time.Time {
 }
 
 // renew keeps the lease while the call runs: every Renewal.Interval, only
-// while this owner still holds it, and never past the broker deadline plus
-// MaxExtension, so stalled work cannot hide the operation forever. It returns
-// a stop function that waits for the renewer to end.
+// while this owner still holds it, and never more than MaxExtension past the
+// lease as first taken, so stalled work cannot hide the operation for long
+// (and OwnerBound holds). It returns a stop function that waits for the
+// renewer to end.
 func (o *owned) renew(ctx context.Context) (stop func()) {
 	r := o.route()
 	if r.Renewal.Interval <= 0 {
 		return func() {}
 	}
-	limit := o.d.deadline.Add(r.Renewal.MaxExtension)
+	limit := o.firstExpiry.Add(r.Renewal.MaxExtension)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

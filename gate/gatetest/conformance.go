@@ -363,15 +363,15 @@ var reservationCases = []reservationCase{
 	{"one holder at a time; fences only go up", func(t *testing.T, h ReservationsHarness) {
 		ctx, r := context.Background(), h.Reservations
 		a, err := r.Acquire(ctx, "op_a", "owner-a", time.Minute, 0)
-		if err != nil || a.Fence < 1 || a.Owner != "owner-a" || a.Key != "op_a" {
+		if err != nil || a.Fence < 1 || a.Owner != "owner-a" || a.Key != "op_a" || a.Reset {
 			t.Fatalf("first acquire: %+v, %v", a, err)
 		}
 		if _, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
 			t.Fatalf("second owner: %v, want ErrHeld", err)
 		}
 		must(t, r.Release(ctx, a))
-		b, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0)
-		if err != nil || b.Fence <= a.Fence {
+		b, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, a.Fence)
+		if err != nil || b.Fence <= a.Fence || b.Reset {
 			t.Fatalf("after release: %+v, %v (first fence %d)", b, err, a.Fence)
 		}
 		// Releasing a lease one no longer holds does nothing.
@@ -382,7 +382,7 @@ var reservationCases = []reservationCase{
 	}},
 	{"the floor raises the fence", func(t *testing.T, h ReservationsHarness) {
 		l, err := h.Reservations.Acquire(context.Background(), "op_floor", "owner-a", time.Minute, 41)
-		if err != nil || l.Fence != 42 {
+		if err != nil || l.Fence != 42 || !l.Reset {
 			t.Fatalf("acquire over floor 41: %+v, %v", l, err)
 		}
 	}},
@@ -414,7 +414,7 @@ var reservationCases = []reservationCase{
 			t.Fatalf("renew after data loss: %v, want ErrLeaseLost", err)
 		}
 		b, err := r.Acquire(ctx, "op_lost", "owner-b", time.Minute, a.Fence)
-		if err != nil || b.Fence <= a.Fence {
+		if err != nil || b.Fence <= a.Fence || !b.Reset {
 			t.Fatalf("acquire after data loss with floor %d: %+v, %v", a.Fence, b, err)
 		}
 	}},

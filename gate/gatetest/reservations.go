@@ -78,9 +78,10 @@ func (r *Reservations) Acquire(_ context.Context, key, owner string, ttl time.Du
 	if held, ok := r.leases[key]; ok && now.Before(held.Expires) && held.Owner != owner {
 		return gate.Lease{}, gate.ErrHeld
 	}
+	reset := r.fences[key] < floor
 	fence := max(r.fences[key], floor) + 1
 	r.fences[key] = fence
-	l := gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: now.Add(ttl)}
+	l := gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: now.Add(ttl), Reset: reset}
 	r.leases[key] = l
 	return l, nil
 }
