@@ -339,8 +339,17 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	if err := e.rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The redelivery takes over. Its token must beat the ledger's, even though
-	// Redis restarted its counter from zero.
+	// While the first owner may still be inside its bound, a redelivery is
+	// held off: Redis lost the lease, so only time can say the owner stopped.
+	held := e.push("orders", m)
+	wantStatus(t, held, http.StatusServiceUnavailable)
+	if !strings.Contains(held.Body.Reason, "lost its state") {
+		t.Fatalf("redelivery inside the owner's bound: %+v", held.Body)
+	}
+	// Here the first call outlives that bound (the downstream ignores the
+	// deadline), so the redelivery takes over. Its token must beat the
+	// ledger's, even though Redis restarted its counter from zero.
+	e.clock.Advance(gate.OwnerBound(e.routes["orders"], time.Time{}).Sub(time.Time{}) + time.Second)
 	wantStatus(t, e.push("orders", m), http.StatusNoContent)
 	testenv.Receive(t, entered, "the redelivery was acked without a downstream call")
 	id := e.opID("orders", m)
