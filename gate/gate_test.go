@@ -508,3 +508,28 @@ func TestLostReservationsAfterTheBoundTakeOver(t *testing.T) {
 		t.Fatalf("%d calls, %d lookups, %d applied", r.fx.Calls(), r.fx.Lookups(), r.fx.Applied(r.key(m)))
 	}
 }
+
+// A lease lost while the call runs is recorded as a fact of its own, beside
+// an effect that still settles under the owner's unchanged fence.
+func TestLeaseLossIsRecorded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	r.route.Renewal = gate.Renewal{Interval: 5 * time.Millisecond, MaxExtension: time.Second}
+	m := r.msg("m-1", "x")
+	r.fx.OnCall = func(*gate.EffectRequest) {
+		r.leases.Flush()
+		deadline := time.Now().Add(10 * time.Second)
+		for r.leases.LostRenewals() == 0 {
+			if time.Now().After(deadline) {
+				t.Error("no renewal noticed the lost lease")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	s := r.snapshot(m)
+	if s.Op.LeaseLostAt == nil || s.Op.LeaseDeadline == nil || !strings.Contains(s.Op.Reason, "lease lost") {
+		t.Fatalf("lease lost at %v, deadline %v, reason %q", s.Op.LeaseLostAt, s.Op.LeaseDeadline, s.Op.Reason)
+	}
+}

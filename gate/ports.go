@@ -97,8 +97,10 @@ type Operation struct {
 	LeaseStart         *time.Time       `json:"lease_start,omitempty"`
 	LeaseDeadline      *time.Time       `json:"lease_deadline,omitempty"`
 	LeaseExtensions    int              `json:"lease_extensions"`
-	DeliveryCount      int              `json:"delivery_count"`
-	AttemptCount       int              `json:"attempt_count"`
+	// LeaseLostAt is when the owner found its lease gone mid-call.
+	LeaseLostAt   *time.Time `json:"lease_lost_at,omitempty"`
+	DeliveryCount int        `json:"delivery_count"`
+	AttemptCount  int        `json:"attempt_count"`
 	// FirstAttemptAt anchors the provider's dedupe window.
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
 	// LastAttempt is the newest effect attempt; Outcome "" means it was started

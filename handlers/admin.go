@@ -95,7 +95,7 @@ func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRe
 	ev := adminapi.EvidenceFields{
 		ReceiveCount: op.DeliveryCount, OperationScope: op.ScopeKey,
 		SemanticFingerprint: op.Fingerprint, MessageSchemaVersion: op.FingerprintVersion,
-		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions,
+		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions, LeaseLostAt: op.LeaseLostAt,
 		OwnerToken: op.Owner, FencingVersion: op.Fence, IdempotencyKey: op.IdempotencyKey,
 		ResultID: op.ResultID, EffectStatus: op.State, EvidenceTime: op.EvidenceAt,
 		AckConfirmedTime: op.AckedAt, IndeterminateLane: op.Lane, RetentionExpiry: op.RetainUntil,

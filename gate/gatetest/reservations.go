@@ -46,6 +46,8 @@ type Reservations struct {
 	Calls int
 	// Fail, when set, is returned by every call: the store is down.
 	Fail error
+	// lost counts renewals refused because the lease was gone.
+	lost int
 }
 
 var _ gate.Reservations = (*Reservations)(nil)
@@ -100,6 +102,7 @@ func (r *Reservations) Renew(_ context.Context, l gate.Lease, ttl time.Duration)
 	now := r.now()
 	held, ok := r.leases[l.Key]
 	if !ok || !now.Before(held.Expires) || held.Owner != l.Owner || held.Fence != l.Fence {
+		r.lost++
 		return gate.Lease{}, gate.ErrLeaseLost
 	}
 	l.Expires = now.Add(ttl)
@@ -139,4 +142,11 @@ func check(key, owner string, ttl time.Duration) error {
 		return errors.New("gatetest: reservation ttl is under a millisecond")
 	}
 	return nil
+}
+
+// LostRenewals is how many renewals found their lease gone.
+func (r *Reservations) LostRenewals() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
 }
