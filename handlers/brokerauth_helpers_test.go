@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -43,7 +44,14 @@ func (e *env) useAuth(auth handlers.BrokerAuth) {
 // snsVerifier trusts prefixes (the local SNS stand-in's) besides real SNS.
 func snsVerifier(t *testing.T, prefixes ...string) *brokerauth.SNSVerifier {
 	t.Helper()
-	v, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{TrustedURLPrefixes: prefixes})
+	return snsVerifierAt(t, time.Now, prefixes...)
+}
+
+// snsVerifierAt is snsVerifier on the clock now, for tests that outwait the
+// verifier's memory of a failed certificate fetch.
+func snsVerifierAt(t *testing.T, now func() time.Time, prefixes ...string) *brokerauth.SNSVerifier {
+	t.Helper()
+	v, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{TrustedURLPrefixes: prefixes, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
