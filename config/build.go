@@ -103,6 +103,7 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	buildAuth(r, spec, &errs)
 	buildKey(r, spec, &errs)
 	buildFingerprint(r, spec, &errs)
+	checkSignedIdentity(r, &errs)
 
 	// Broker timing: the lease comes from the ack deadline.
 	ack, ackSet := errs.duration("ack_deadline", spec.AckDeadline)
