@@ -342,6 +342,7 @@ func buildEffect(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	if out.ResultIDPointer != "" && !strings.HasPrefix(out.ResultIDPointer, "/") {
 		errs.add("effect.result_id_pointer", "JSON pointer %q must start with /", out.ResultIDPointer)
 	}
+	out.Evidence = effectEvidence(e, errs)
 	if out.LookupURL != "" {
 		if err := checkHTTPURL(strings.ReplaceAll(out.LookupURL, lookupKeyPlaceholder, "k")); err != nil {
 			errs.add("effect.lookup_url", "%v", err)

@@ -38,6 +38,7 @@ func writeAuthRoutes(t *testing.T, downURL string) string {
     shape: unsafe
     effect:
       url: %s/effects
+      evidence: status_only
   - name: sns-orders
     broker: sns
     auth: sns_signature
@@ -45,6 +46,7 @@ func writeAuthRoutes(t *testing.T, downURL string) string {
     shape: unsafe
     effect:
       url: %s/effects
+      evidence: status_only
 `, cmdAudience, cmdAccount, downURL, cmdTopic, downURL)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
