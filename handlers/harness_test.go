@@ -301,6 +301,7 @@ func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
 		Token: adminToken, Evidence: e.ledger, Routes: routes, Logger: log, Metrics: tel.MetricsHandler,
+		AuthFailures: tel.Metrics,
 	}))
 	t.Cleanup(e.admin.Close)
 	return e

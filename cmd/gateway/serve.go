@@ -171,7 +171,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	admin := &http.Server{
 		Handler: handlers.NewAdmin(handlers.AdminOptions{
 			Token: s.AdminToken, Evidence: ledger, Routes: routes, Logger: log,
-			Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken,
+			Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics,
 		}),
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
