@@ -34,5 +34,7 @@ func brokerAuth(s config.Settings, routes []*gate.Route, getenv func(string) str
 		SNS:           sns,
 		Credentials:   creds,
 		Subscriptions: storage.NewSubscriptions(pool),
+
+		ConfirmationMaxAge: s.SNSConfirmationMaxAge,
 	}, nil
 }
