@@ -296,6 +296,10 @@ func newEnvWith(t testing.TB, dedupe bool, routesYAML string, vars map[string]st
 	e.ingest = httptest.NewServer(gw.Ingest)
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(gw.Admin)
+	e.admin = httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{
+		Token: adminToken, Evidence: e.ledger, Routes: routes, Logger: log, Metrics: tel.MetricsHandler,
+		AuthFailures: tel.Metrics,
+	}))
 	t.Cleanup(e.admin.Close)
 	return e
 }
