@@ -493,3 +493,35 @@ func TestRoutesFileIsValid(t *testing.T) {
 		t.Fatalf("want the routes loadgen and loadgen-sns:\n%s", y)
 	}
 }
+
+func TestWALNoiseIsCalledNoisy(t *testing.T) {
+	t.Parallel()
+	base := systemResult{
+		run:        driveResult{fresh: make([]time.Duration, 1000), elapsed: 10 * time.Second},
+		pg:         pgCounters{walBytes: 1000 * 1000},
+		walNet:     900,
+		background: background{mean: 10000, median: 10000},
+	}
+	if got := base.walNetText(); got != "900" {
+		t.Errorf("quiet phase: %q", got)
+	}
+	loud := base
+	loud.background.mean = 60000 // 600 B/msg of 1000
+	if got := loud.walNetText(); got != "noisy" {
+		t.Errorf("background of 60%%: %q", got)
+	}
+	storm := base
+	storm.pg.checkpoints = 3 // in 10 s
+	if got := storm.walNetText(); got != "noisy" {
+		t.Errorf("3 checkpoints in 10 s: %q", got)
+	}
+	negative := base
+	negative.walNet = -5
+	if got := negative.walNetText(); got != "noisy" {
+		t.Errorf("negative net: %q", got)
+	}
+	nothing := systemResult{run: driveResult{fresh: make([]time.Duration, 10), elapsed: time.Second}, background: background{mean: 0, median: 0}}
+	if got := nothing.walNetText(); got != "0" {
+		t.Errorf("no WAL, no background: %q", got)
+	}
+}

@@ -72,15 +72,15 @@ func (r *report) describeMachine(ctx context.Context, b *bench) error {
 			mem = fmt.Sprintf("%.1f GiB", float64(v)/(1<<30))
 		}
 	}
-	gateway := "started by this run, pid " + pidString(b.gwPID)
+	pool := "the gateway's default"
+	if b.cfg.GatewayDBParams != "" {
+		pool = b.cfg.GatewayDBParams
+	}
+	gateway := fmt.Sprintf("started by this run, pid %s; database pool: %s; log level %s", pidString(b.gwPID), pool, b.cfg.GatewayLogLevel)
 	if b.cfg.Target != "" {
 		gateway = "target " + b.cfg.Target + ", pid " + pidString(b.gwPID)
 	} else if b.gw == nil {
 		gateway = "not run"
-	}
-	pool := "gateway default"
-	if b.cfg.GatewayDBParams != "" {
-		pool = b.cfg.GatewayDBParams
 	}
 	redisSrc := "private redis-server"
 	if b.cfg.RedisAddr != "" {
@@ -90,7 +90,7 @@ func (r *report) describeMachine(ctx context.Context, b *bench) error {
 		fmt.Sprintf("cpus: %d (GOMAXPROCS %d), memory %s, %s/%s, loadgen built with %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), mem, runtime.GOOS, runtime.GOARCH, runtime.Version()),
 		fmt.Sprintf("postgres: %s, synchronous_commit=%s, shared_buffers=%s, database %s", pgVersion, syncCommit, sharedBuffers, b.dbName),
 		fmt.Sprintf("redis: %s (%s)", redisVersion, redisSrc),
-		fmt.Sprintf("gateway: %s; database pool: %s; log level %s", gateway, pool, b.cfg.GatewayLogLevel),
+		"gateway: " + gateway,
 	}
 	r.loadBefore = loadAverage()
 	return nil
@@ -144,7 +144,7 @@ func (r *report) printPhase(w io.Writer, p phaseResult) {
 			ms(s.lat.percentile(50)), ms(s.lat.percentile(90)), ms(s.lat.percentile(99)), ms(s.lat.max()),
 			known(s.pgKnown, "%.2f", perMessage(float64(s.pg.xacts), n)),
 			fmt.Sprintf("%.0f", perMessage(float64(s.pg.walBytes), n)),
-			known(true, "%.0f", s.walNet),
+			s.walNetText(),
 			known(s.redis != nil, "%.2f", perMessage(float64(s.redis.total()), n)),
 			perMessage(float64(s.downstreamCalls), n), s.run.failed())
 	}
@@ -281,20 +281,41 @@ func (r *report) goals() []goal {
 	walGoal := goal{name: "WAL per message, ackgate / op", unit: "×", target: 2, atLeast: false,
 		value: ratio(walAg, walOp), missing: !okMain || !okOp || !okAg,
 		inputs: fmt.Sprintf("%.0f / %.0f B, %s", walAg, walOp, how)}
-	// When the rest of the cluster wrote as much as the system itself, the
-	// figure is mostly noise; say so next to it.
+	// When the rest of the cluster wrote as much as the system itself, or
+	// forced checkpoint after checkpoint, the figure is mostly noise; say so
+	// next to it.
 	for _, s := range []systemResult{ag, op} {
-		if bg := s.backgroundPerMessage(); bg > 0.5*perMessage(float64(s.pg.walBytes), len(s.run.fresh)) {
-			walGoal.inputs += fmt.Sprintf("; unreliable: background was %.0f%% of %s's WAL", 100*bg/perMessage(float64(s.pg.walBytes), len(s.run.fresh)), s.system)
+		if s.walNetText() == "noisy" {
+			walGoal.inputs += fmt.Sprintf("; unreliable: %s's phase was noisy (%d checkpoints, background %.0f B/msg)", s.system, s.pg.checkpoints, s.backgroundPerMessage())
 		}
 	}
 	gs = append(gs, walGoal)
 	mem, okMem := r.phase("mem")
 	agm, okAgm := mem.get(sysAckgate)
-	gs = append(gs, goal{name: fmt.Sprintf("gateway peak RSS at %d in flight", mem.c), unit: " MiB", target: 64, atLeast: false,
+	gs = append(gs, goal{name: fmt.Sprintf("gateway peak RSS at %d in flight", r.cfg.MemC), unit: " MiB", target: 64, atLeast: false,
 		value: float64(agm.peakRSS) / (1 << 20), missing: !okMem || !okAgm || agm.peakRSS == 0,
 		inputs: "VmHWM"})
 	return gs
+}
+
+// walNetText is the net WAL per message, or "noisy" when the rest of the
+// cluster made it meaningless: it wrote at least half as much as the phase
+// did (the difference can even come out negative), or it forced checkpoints
+// far more often than checkpoint_timeout would, each of which makes the next
+// change to every page write the whole page.
+func (s systemResult) walNetText() string {
+	raw := perMessage(float64(s.pg.walBytes), len(s.run.fresh))
+	bg := s.backgroundPerMessage()
+	if s.walNet < 0 || bg > 0 && bg >= 0.5*raw || s.checkpointStorm() {
+		return "noisy"
+	}
+	return known(true, "%.0f", s.walNet)
+}
+
+// checkpointStorm is more than one checkpoint per minute of the phase, plus
+// one that may fall in it anyway.
+func (s systemResult) checkpointStorm() bool {
+	return float64(s.pg.checkpoints) > 1+s.run.elapsed.Minutes()
 }
 
 // backgroundPerMessage is the background WAL rate spread over the phase's

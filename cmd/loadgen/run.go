@@ -196,7 +196,7 @@ func (b *bench) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := startGateway(ctx, bin, b.dir, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel)
+	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (b *bench) useTarget(ctx context.Context) error {
 		b.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 		b.onCleanup(func(context.Context) error { return b.redis.Close() })
 	}
-	resp, err := http.Get(cfg.Target + "/readyz")
+	resp, err := probe.Get(cfg.Target + "/readyz")
 	if err != nil {
 		return fmt.Errorf("-target: %w", err)
 	}

@@ -294,7 +294,11 @@ type gatewayProcess struct {
 	ingest string // base URL
 }
 
-func startGateway(ctx context.Context, bin, dir, dbURL, redisAddr, downstreamURL, logLevel string) (*gatewayProcess, error) {
+// startGateway migrates the database at dbURL and serves from serveURL, the
+// same database with the pool parameters (pool_max_conns...) that only the
+// serving pool understands: migrate passes the URL's parameters to the
+// server, which refuses them.
+func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, downstreamURL, logLevel string) (*gatewayProcess, error) {
 	routes := filepath.Join(dir, "routes.yaml")
 	if err := os.WriteFile(routes, []byte(routesYAML(downstreamURL)), 0o600); err != nil {
 		return nil, err
@@ -308,7 +312,6 @@ func startGateway(ctx context.Context, bin, dir, dbURL, redisAddr, downstreamURL
 		return nil, err
 	}
 	env := append(os.Environ(),
-		"GATEWAY_DATABASE_URL="+dbURL,
 		"GATEWAY_REDIS_URL=redis://"+redisAddr+"/0",
 		"GATEWAY_ROUTES_FILE="+routes,
 		"GATEWAY_LISTEN_ADDR="+ingest,
@@ -318,19 +321,19 @@ func startGateway(ctx context.Context, bin, dir, dbURL, redisAddr, downstreamURL
 		"GATEWAY_LOG_LEVEL="+logLevel,
 	)
 	mig := exec.CommandContext(ctx, bin, "migrate")
-	mig.Env = env
+	mig.Env = append(env, "GATEWAY_DATABASE_URL="+dbURL)
 	if out, err := mig.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gateway migrate: %w\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = env
+	cmd.Env = append(env, "GATEWAY_DATABASE_URL="+serveURL)
 	p, err := startProcess("gateway", cmd, filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		return nil, err
 	}
 	g := &gatewayProcess{process: p, ingest: "http://" + ingest}
 	err = waitFor(ctx, startTimeout, p, func() error {
-		resp, err := http.Get(g.ingest + "/readyz")
+		resp, err := probe.Get(g.ingest + "/readyz")
 		if err != nil {
 			return err
 		}
@@ -353,3 +356,7 @@ func pidString(pid int) string {
 	}
 	return strconv.Itoa(pid)
 }
+
+// probe asks /readyz; a gateway that does not answer within its timeout is
+// not ready, rather than a wait without end.
+var probe = &http.Client{Timeout: 2 * time.Second}
