@@ -386,6 +386,8 @@ func TestGoalVerdicts(t *testing.T) {
 		{goal{value: 2, target: 2}, "met"},
 		{goal{value: math.NaN(), target: 2}, "not measured"},
 		{goal{value: 1, target: 2, missing: true}, "not measured"},
+		{goal{value: 1, target: 2, noisy: true}, "not judged: noisy"},
+		{goal{value: math.NaN(), target: 2, noisy: true}, "not judged: noisy"},
 	} {
 		if got := c.g.verdict(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.g, got, c.want)
