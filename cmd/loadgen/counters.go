@@ -54,6 +54,30 @@ func readPG(ctx context.Context, obs *pgxpool.Pool, db string) (pgCounters, erro
 	return c, nil
 }
 
+// rowWrites are a table's cumulative row counts from pg_stat_user_tables:
+// inserted, updated (hot of them without touching an index), deleted. How
+// many times a delivery rewrites its rows, and how many of those rewrites
+// leave the indexes alone, is where a ledger's WAL comes from.
+type rowWrites struct {
+	ins, upd, hot, del int64
+}
+
+type tableWrites map[string]rowWrites
+
+// sub is what each table had written between b and a; tables with nothing
+// written are left out.
+func (a tableWrites) sub(b tableWrites) tableWrites {
+	out := tableWrites{}
+	for name, w := range a {
+		p := b[name]
+		d := rowWrites{ins: w.ins - p.ins, upd: w.upd - p.upd, hot: w.hot - p.hot, del: w.del - p.del}
+		if d != (rowWrites{}) {
+			out[name] = d
+		}
+	}
+	return out
+}
+
 // commandStats are Redis's per-command call counts (INFO commandstats).
 // Commands a Lua script runs are counted under their own names as well as
 // the EVALSHA that ran them, so the total is not a count of round trips; the

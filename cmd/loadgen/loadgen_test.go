@@ -527,3 +527,17 @@ func TestWALNoiseIsCalledNoisy(t *testing.T) {
 		t.Errorf("no WAL, no background: %q", got)
 	}
 }
+
+func TestTableWritesPerMessage(t *testing.T) {
+	t.Parallel()
+	before := tableWrites{"operations": {ins: 10, upd: 90, hot: 40}, "idle": {ins: 5}}
+	after := tableWrites{"operations": {ins: 110, upd: 990, hot: 418}, "idle": {ins: 5}, "transitions": {ins: 600}, "leases": {ins: 100, del: 100}}
+	d := after.sub(before)
+	if len(d) != 3 || d["operations"] != (rowWrites{ins: 100, upd: 900, hot: 378}) {
+		t.Fatalf("sub = %v", d)
+	}
+	want := "leases 1.00 inserted, 1.00 deleted; operations 1.00 inserted, 9.00 updated (42% HOT); transitions 6.00 inserted"
+	if got := d.describe(100); got != want {
+		t.Errorf("describe =\n%s\nwant\n%s", got, want)
+	}
+}

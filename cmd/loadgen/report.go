@@ -212,6 +212,9 @@ func (r *report) printDetails(w io.Writer, s systemResult) {
 		}
 		fmt.Fprintf(w, "    redis per message (commands run by scripts count under their own names too): %s\n", strings.Join(parts, ", "))
 	}
+	if len(s.tables) > 0 {
+		fmt.Fprintf(w, "    rows written per message: %s\n", s.tables.describe(n))
+	}
 	if shares, total := s.waits.top(6); total > 0 {
 		parts := make([]string, len(shares))
 		for i, sh := range shares {
@@ -225,6 +228,32 @@ func (r *report) printDetails(w io.Writer, s systemResult) {
 		fmt.Fprintf(w, "    background WAL in the %s before: median %s kB/s, mean %.0f kB/s = %.0f B/msg at this phase's pace; WAL net over %d windows of ~1 s\n",
 			bg.span.Round(100*time.Millisecond), known(true, "%.0f", bg.median/1000), bg.mean/1000, s.backgroundPerMessage(), s.walWindows)
 	}
+}
+
+// describe lists each table's row writes per message, by name, with the
+// share of updates that were HOT.
+func (t tableWrites) describe(n int) string {
+	names := make([]string, 0, len(t))
+	for name := range t {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		w := t[name]
+		var what []string
+		if w.ins != 0 {
+			what = append(what, fmt.Sprintf("%.2f inserted", perMessage(float64(w.ins), n)))
+		}
+		if w.upd != 0 {
+			what = append(what, fmt.Sprintf("%.2f updated (%.0f%% HOT)", perMessage(float64(w.upd), n), 100*float64(w.hot)/float64(w.upd)))
+		}
+		if w.del != 0 {
+			what = append(what, fmt.Sprintf("%.2f deleted", perMessage(float64(w.del), n)))
+		}
+		parts = append(parts, name+" "+strings.Join(what, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // goal is one of the targets, and how far a run is from it.

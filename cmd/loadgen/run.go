@@ -246,6 +246,7 @@ type systemResult struct {
 	peakRSS         int64 // the gateway's VmHWM during the phase; 0: not measured
 	downstreamCalls int64
 	waits           waitCounts
+	tables          tableWrites // rows written in the run's database; nil: not measured
 	// WAL per message: the median over windows of about a second, less the
 	// background the rest of the cluster wrote just before the phase.
 	walNet     float64
@@ -338,6 +339,14 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 	if err := b.quiesce(ctx, counted); err != nil {
 		return sr, err
 	}
+	var tables0 tableWrites
+	if counted == b.dbName {
+		t, err := b.readTables(ctx)
+		if err != nil {
+			return sr, err
+		}
+		tables0 = t
+	}
 	if cfg.Idle > 0 {
 		// What the rest of the cluster writes while this tool writes
 		// nothing, to take out of the phase's WAL.
@@ -401,6 +410,13 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 		return sr, err
 	}
 	sr.pg, sr.pgKnown = pg1.sub(pg0), counted != ""
+	if tables0 != nil {
+		tables1, err := b.readTables(ctx)
+		if err != nil {
+			return sr, err
+		}
+		sr.tables = tables1.sub(tables0)
+	}
 	if b.redis != nil {
 		redis1, err := readRedis(ctx, b.redis)
 		if err != nil {
@@ -481,18 +497,12 @@ func (b *bench) quiesce(ctx context.Context, db string) error {
 	if db != b.dbName {
 		return sleep(ctx, b.cfg.Settle)
 	}
-	count := func(cond string) (int, error) {
-		b.obsQueries.Add(1)
-		var n int
-		err := b.obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND `+cond, db).Scan(&n)
-		return n, err
-	}
 	// Post-ack bookkeeping may still be running after the last answer.
 	const quietFor = 300 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	quietSince := time.Now()
 	for {
-		busy, err := count(`state IS DISTINCT FROM 'idle'`)
+		busy, err := b.connections(ctx, db, `state IS DISTINCT FROM 'idle'`)
 		if err != nil {
 			return err
 		}
@@ -513,14 +523,32 @@ func (b *bench) quiesce(ctx context.Context, db string) error {
 		WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, db); err != nil {
 		return fmt.Errorf("ending idle connections to %s: %w", db, err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	if err := b.waitGone(ctx, db); err != nil {
+		return err
+	}
+	return sleep(ctx, 1200*time.Millisecond)
+}
+
+// connections counts the client backends connected to db that match cond.
+func (b *bench) connections(ctx context.Context, db, cond string) (int, error) {
+	b.obsQueries.Add(1)
+	var n int
+	err := b.obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = $1 AND backend_type = 'client backend' AND `+cond, db).Scan(&n)
+	return n, err
+}
+
+// waitGone waits until no client is connected to db any more: a backend
+// publishes its statistics as it exits.
+func (b *bench) waitGone(ctx context.Context, db string) error {
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		left, err := count(`true`)
+		left, err := b.connections(ctx, db, "true")
 		if err != nil {
 			return err
 		}
 		if left == 0 {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d connections to %s did not end", left, db)
@@ -529,7 +557,43 @@ func (b *bench) quiesce(ctx context.Context, db string) error {
 			return err
 		}
 	}
-	return sleep(ctx, 1200*time.Millisecond)
+}
+
+// readTables reads the run's database's row counters, which only a
+// connection to that database can see. The connection is closed and gone
+// before this returns, so its own transaction is published at once and never
+// lands in a phase.
+func (b *bench) readTables(ctx context.Context) (tableWrites, error) {
+	cc, err := pgx.ParseConfig(b.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables`)
+	t := tableWrites{}
+	if err == nil {
+		for rows.Next() {
+			var name string
+			var w rowWrites
+			if err = rows.Scan(&name, &w.ins, &w.upd, &w.hot, &w.del); err != nil {
+				break
+			}
+			t[name] = w
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_user_tables: %w", err)
+	}
+	return t, b.waitGone(ctx, b.dbName)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -61,6 +61,9 @@ func TestShortRealRun(t *testing.T) {
 		if x := perMessage(float64(op.pg.xacts), n); x < 2 || x > 3 {
 			t.Errorf("%s op: %.2f transactions per message, want 2 and a little", phase, x)
 		}
+		if w := op.tables["loadgen_op"]; w.ins != int64(n) || w.upd != int64(n) {
+			t.Errorf("%s op: rows written %v, want %d inserted and updated", phase, op.tables, n)
+		}
 		if op.pg.walBytes <= 0 || op.downstreamCalls != 0 || op.redis.total() != 0 || len(op.run.again) != 0 {
 			t.Errorf("%s op: WAL %d, downstream %d, redis %d, redeliveries %d", phase, op.pg.walBytes, op.downstreamCalls, op.redis.total(), len(op.run.again))
 		}
@@ -69,8 +72,8 @@ func TestShortRealRun(t *testing.T) {
 		// No ledger: nothing in the run's database but perhaps autovacuum
 		// after the phase before. Redeliveries are forwarded again, since
 		// it keeps no record of the first.
-		if perMessage(float64(fw.pg.xacts), n) > 0.5 || fw.redis.total() != 0 {
-			t.Errorf("%s forwarder: %d transactions, %d Redis commands; it has no ledger", phase, fw.pg.xacts, fw.redis.total())
+		if perMessage(float64(fw.pg.xacts), n) > 0.5 || fw.redis.total() != 0 || len(fw.tables) != 0 {
+			t.Errorf("%s forwarder: %d transactions, %d Redis commands, rows %v; it has no ledger", phase, fw.pg.xacts, fw.redis.total(), fw.tables)
 		}
 		if len(fw.run.again) != redelivered(n) || fw.run.againAcked != redelivered(n) || fw.downstreamCalls != int64(n+redelivered(n)) {
 			t.Errorf("%s forwarder: %d redeliveries (%d acked), %d downstream calls", phase, len(fw.run.again), fw.run.againAcked, fw.downstreamCalls)
@@ -80,6 +83,14 @@ func TestShortRealRun(t *testing.T) {
 		// The ledger's reads and commits, and the reservation, for every
 		// message; a redelivery of confirmed work never reaches the
 		// downstream.
+		// At least one row per message, whatever the ledger's tables are.
+		var inserted int64
+		for _, w := range ag.tables {
+			inserted += w.ins
+		}
+		if inserted < int64(n) {
+			t.Errorf("%s ackgate: %d rows inserted for %d messages: %v", phase, inserted, n, ag.tables)
+		}
 		if x := perMessage(float64(ag.pg.xacts), n); x < 2 {
 			t.Errorf("%s ackgate: %.2f transactions per message", phase, x)
 		}
