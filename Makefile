@@ -6,9 +6,16 @@
 #               briefly (make fuzz; FUZZTIME=10000x)
 #   make build  binaries into $(BIN_DIR)
 #   make lint   vet, gofmt check, staticcheck
-#   make bench  throughput of a delivery through the whole gateway
 #   make soak   crash-and-fault soak: two gateways, 10,000 messages, every
 #               fault; prints the invariants (docs/reliability.md)
+#   make bench  bench-load, then bench-go
+#   make bench-load
+#               cmd/loadgen: a gateway process side by side with the bare
+#               two-statement op and a forwarder without a ledger, and the
+#               ratios docs/performance.md reports (LOADGEN_FLAGS="-n 2000")
+#   make bench-go
+#               go test benchmarks of one delivery through the handlers,
+#               with allocations per delivery
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,7 +30,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench soak
+.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench bench-load bench-go soak
 
 all: lint build
 
@@ -99,9 +106,23 @@ run: services build
 	echo "run: starting gateway; ingest $${GATEWAY_LISTEN_ADDR:-:8080}, admin $${GATEWAY_ADMIN_ADDR:-:8081} (token $(DEV_ADMIN_TOKEN))"; \
 	GATEWAY_ROUTES_FILE=$(ROUTES_FILE) GATEWAY_ADMIN_TOKEN=$(DEV_ADMIN_TOKEN) $(BIN_DIR)/gateway serve
 
-# Throughput and allocations of a delivery through the whole gateway, against
-# the same real services as the tests. Not part of test: figures, not checks.
-bench: services
+# Figures, not checks: neither is part of test, and each fails only when it
+# cannot run. Keep the machine quiet meanwhile; WAL and checkpoints are shared
+# by the whole Postgres cluster.
+bench: bench-load bench-go
+
+# The side-by-side load run: it starts its own gateway from the binary just
+# built, on a database and a redis-server of its own, and prints every
+# system's figures and the ratios against the performance goals.
+LOADGEN_FLAGS ?=
+
+bench-load: services build
+	$(BIN_DIR)/loadgen -gateway-bin $(BIN_DIR)/gateway $(LOADGEN_FLAGS)
+
+# Throughput and allocations of a delivery through the gateway's handlers
+# in-process, against the same real services as the tests: the allocations
+# per delivery that a separate gateway process cannot report.
+bench-go: services
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./handlers/
 
 # Two gateway processes on a private Postgres cluster and a private Redis,

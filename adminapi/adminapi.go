@@ -82,6 +82,7 @@ type EvidenceFields struct {
 	LeaseStart           *time.Time     `json:"lease_start,omitempty"`
 	LeaseDeadline        *time.Time     `json:"lease_deadline,omitempty"`
 	LeaseExtensions      int            `json:"lease_extensions"`
+	LeaseLostAt          *time.Time     `json:"lease_lost_at,omitempty"`
 	OwnerToken           string         `json:"owner_token"`
 	FencingVersion       int64          `json:"fencing_version"`
 	TransitionTimes      []TransitionAt `json:"reservation_transition_times"`

@@ -32,3 +32,17 @@ const (
 	// SubscriptionRecorded: an unsubscribe confirmation, kept and not acted on.
 	SubscriptionRecorded = "recorded"
 )
+
+// SubscriptionClaim is the answer to a claim on one subscription message
+// (route and MessageId): whether this copy acts on it, or how an earlier
+// copy settled it.
+type SubscriptionClaim struct {
+	// Owned: this copy handles the message and must settle it.
+	Owned bool
+	// Outcome and Reason are an earlier copy's settled outcome when not
+	// Owned; Outcome is empty while another copy is handling it.
+	Outcome string
+	Reason  string
+	// Route, MessageID and Owner name the claim when it is settled.
+	Route, MessageID, Owner string
+}

@@ -18,7 +18,10 @@ func TestCertCacheTTLBoundAndSharedFetch(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	c := newCertCache(time.Minute, 3, clock)
+	c := newCertCache(certCacheOptions{
+		ttl: time.Minute, failTTL: 10 * time.Second, max: 3, now: clock,
+		perHost: 100, total: 100, interval: time.Hour,
+	})
 	var fetches atomic.Int64
 	release := make(chan struct{})
 	fetch := func(_ context.Context, url string) (*rsa.PublicKey, error) {
@@ -33,7 +36,7 @@ func TestCertCacheTTLBoundAndSharedFetch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.get(context.Background(), "u1", fetch); err != nil {
+			if _, err := c.get(context.Background(), "u1", "h", fetch); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -45,29 +48,77 @@ func TestCertCacheTTLBoundAndSharedFetch(t *testing.T) {
 		t.Fatalf("%d fetches for one URL, want 1", n)
 	}
 	// Within the TTL: cached. After it: fetched again.
-	_, _ = c.get(context.Background(), "u1", fetch)
+	_, _ = c.get(context.Background(), "u1", "h", fetch)
 	if n := fetches.Load(); n != 1 {
 		t.Fatalf("cached certificate fetched again")
 	}
 	advance(2 * time.Minute)
-	_, _ = c.get(context.Background(), "u1", fetch)
+	_, _ = c.get(context.Background(), "u1", "h", fetch)
 	if n := fetches.Load(); n != 2 {
 		t.Fatalf("expired certificate not fetched again (%d)", n)
 	}
 	// Never more than max entries.
 	for i := range 10 {
 		advance(time.Second)
-		_, _ = c.get(context.Background(), fmt.Sprintf("u%d", i+2), fetch)
+		_, _ = c.get(context.Background(), fmt.Sprintf("u%d", i+2), "h", fetch)
 	}
 	if n := c.len(); n > 3 {
 		t.Fatalf("cache holds %d entries, max 3", n)
 	}
-	// Failures are not kept.
+	// Failures are kept for failTTL, then tried again.
 	boom := func(context.Context, string) (*rsa.PublicKey, error) { return nil, errors.New("down") }
-	if _, err := c.get(context.Background(), "bad", boom); err == nil {
+	if _, err := c.get(context.Background(), "bad", "h", boom); err == nil {
 		t.Fatal("no error")
 	}
-	if _, err := c.get(context.Background(), "bad", fetch); err != nil {
-		t.Fatalf("a failure was cached: %v", err)
+	before := fetches.Load()
+	if _, err := c.get(context.Background(), "bad", "h", fetch); err == nil || fetches.Load() != before {
+		t.Fatalf("a failure was not kept: %v", err)
+	}
+	advance(11 * time.Second)
+	if _, err := c.get(context.Background(), "bad", "h", fetch); err != nil {
+		t.Fatalf("a failure was kept past its time: %v", err)
+	}
+}
+
+// Remembered failures, which anyone can cause, make way before certificates.
+func TestCertCacheEvictsFailuresFirst(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	c := newCertCache(certCacheOptions{
+		ttl: time.Hour, failTTL: time.Minute, max: 2, now: func() time.Time { return now },
+		perHost: 100, total: 100, interval: time.Hour,
+	})
+	good := func(context.Context, string) (*rsa.PublicKey, error) {
+		return &rsa.PublicKey{N: big.NewInt(7), E: 3}, nil
+	}
+	bad := func(context.Context, string) (*rsa.PublicKey, error) { return nil, errors.New("gone") }
+	_, _ = c.get(context.Background(), "cert", "h", good)
+	for i := range 5 {
+		now = now.Add(time.Second)
+		_, _ = c.get(context.Background(), fmt.Sprintf("bad%d", i), "h", bad)
+	}
+	c.mu.Lock()
+	_, kept := c.entries["cert"]
+	c.mu.Unlock()
+	if !kept || c.len() != 2 {
+		t.Fatalf("certificate evicted by failures (kept %v, %d entries)", kept, c.len())
+	}
+}
+
+// The budget counts per host and in all, and starts afresh each interval.
+func TestFetchBudget(t *testing.T) {
+	t.Parallel()
+	b := fetchBudget{perHost: 2, total: 3, interval: time.Minute}
+	now := time.Unix(1000, 0)
+	for i, want := range []bool{true, true, false} {
+		if got := b.take(now, "a"); got != want {
+			t.Fatalf("host a, fetch %d: %v, want %v", i+1, got, want)
+		}
+	}
+	if !b.take(now, "b") || b.take(now, "c") {
+		t.Fatal("total bound not applied")
+	}
+	if !b.take(now.Add(time.Minute), "a") {
+		t.Fatal("new interval did not reset the budget")
 	}
 }

@@ -21,9 +21,11 @@
 //     points at a URL outside the allow-list.
 //   - Malformed: the request is not the broker's message format at all.
 //   - Unavailable: the credential cannot be checked right now because a
-//     certificate or key set cannot be fetched. This is the only kind that is
-//     not the sender's fault, and the only one that must be answered with a
-//     retryable status: SNS drops a message on any 4xx.
+//     certificate or key set cannot be fetched (no connection, a 5xx). This
+//     is the only kind that is not the sender's fault, and the only one that
+//     must be answered with a retryable status: SNS drops a message on any
+//     4xx. A certificate URL that answers 404 or 403 is not "cannot tell":
+//     no genuine message names it, so the message is Unauthenticated.
 //
 // # URLs the gateway fetches because a message said so
 //
@@ -34,4 +36,9 @@
 // in .pem. Redirects are never followed. Other URL prefixes (an SNS emulator on
 // localhost) are trusted only when configured explicitly; nothing is trusted
 // by default beyond the AWS pattern.
+//
+// Within the allow-list a message still chooses the URL, so the certificate
+// cache bounds what messages can make the gateway fetch: one fetch at a time
+// per URL, failures remembered for a few seconds, and a budget of fetches per
+// host and in all per minute (see SNSOptions).
 package brokerauth

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ackgate/ackgate/brokerauth"
 )
@@ -241,24 +242,30 @@ func flipBase64(s string) string {
 func TestSNSCertificateUnavailableIsNotAForgery(t *testing.T) {
 	t.Parallel()
 	certs := &certFiles{down: true}
-	v := newVerifier(t, certs)
+	clock := &fakeClock{now: time.Now()}
+	v, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{HTTPClient: &http.Client{Transport: certs}, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := parse(t, vectors(t)["notification-v2.json"])
-	err := v.Verify(context.Background(), m)
+	err = v.Verify(context.Background(), m)
 	if brokerauth.KindOf(err) != brokerauth.Unavailable {
 		t.Fatalf("Verify with the certificate host down = %v, want Unavailable", err)
 	}
-	// Failures are not cached: as soon as the host answers, it verifies.
+	// The failure is remembered briefly; once that has passed and the host
+	// answers, it verifies.
 	certs.mu.Lock()
 	certs.down = false
 	certs.mu.Unlock()
+	clock.Advance(brokerauth.DefaultCertFailureTTL)
 	if err := v.Verify(context.Background(), m); err != nil {
 		t.Fatalf("Verify after the host came back = %v", err)
 	}
-	// A certificate URL on an SNS host that has no such file cannot be
-	// checked either: unavailable, never "forged".
+	// A certificate URL on an SNS host that has no such file cannot be where
+	// a genuine message's certificate is: the signature does not verify.
 	m.SigningCertURL = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem"
-	if err := v.Verify(context.Background(), m); brokerauth.KindOf(err) != brokerauth.Unavailable {
-		t.Fatalf("Verify with a missing certificate = %v, want Unavailable", err)
+	if err := v.Verify(context.Background(), m); brokerauth.KindOf(err) != brokerauth.Unauthenticated {
+		t.Fatalf("Verify with a missing certificate = %v, want Unauthenticated", err)
 	}
 }
 

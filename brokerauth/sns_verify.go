@@ -22,10 +22,20 @@ import (
 
 // Defaults of SNSOptions. SNS waits 15 s for an answer, so the certificate
 // fetch and the confirmation GET each get a third of that.
+//
+// A failed fetch is remembered for less time than SNS's default spacing of
+// retries (20 s), so a genuine message retried after an outage is checked
+// afresh. SNS signs with one certificate per region at a time, so a handful of
+// fetches per host and minute is plenty for genuine traffic; the total bound
+// is there because the host pattern admits any region name.
 const (
-	DefaultCertTTL      = time.Hour
-	DefaultMaxCerts     = 64
-	DefaultFetchTimeout = 5 * time.Second
+	DefaultCertTTL            = time.Hour
+	DefaultCertFailureTTL     = 10 * time.Second
+	DefaultMaxCerts           = 64
+	DefaultFetchTimeout       = 5 * time.Second
+	DefaultCertFetchesPerHost = 10
+	DefaultCertFetchesTotal   = 30
+	DefaultCertFetchInterval  = time.Minute
 	// maxCertBytes bounds a certificate download; SNS's are about 2 KB.
 	maxCertBytes = 64 << 10
 	// maxConfirmBytes bounds the ConfirmSubscription answer we read.
@@ -46,6 +56,15 @@ type SNSOptions struct {
 	// how many are kept (the oldest goes first).
 	CertTTL  time.Duration
 	MaxCerts int
+	// CertFailureTTL is how long a failed certificate fetch is remembered
+	// (and answered from) before the URL is tried again.
+	CertFailureTTL time.Duration
+	// CertFetchesPerHost and CertFetchesTotal bound the certificate fetches
+	// to one host and to all hosts in each CertFetchInterval; beyond them a
+	// message whose certificate is not cached is Unavailable.
+	CertFetchesPerHost int
+	CertFetchesTotal   int
+	CertFetchInterval  time.Duration
 	// FetchTimeout bounds one certificate fetch and one confirmation GET.
 	FetchTimeout time.Duration
 	Now          func() time.Time
@@ -76,6 +95,18 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 	if o.MaxCerts <= 0 {
 		o.MaxCerts = DefaultMaxCerts
 	}
+	if o.CertFailureTTL <= 0 {
+		o.CertFailureTTL = DefaultCertFailureTTL
+	}
+	if o.CertFetchesPerHost <= 0 {
+		o.CertFetchesPerHost = DefaultCertFetchesPerHost
+	}
+	if o.CertFetchesTotal <= 0 {
+		o.CertFetchesTotal = DefaultCertFetchesTotal
+	}
+	if o.CertFetchInterval <= 0 {
+		o.CertFetchInterval = DefaultCertFetchInterval
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -83,7 +114,10 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 		policy:  policy,
 		client:  noRedirectClient(o.HTTPClient, o.FetchTimeout),
 		timeout: o.FetchTimeout,
-		certs:   newCertCache(o.CertTTL, o.MaxCerts, o.Now),
+		certs: newCertCache(certCacheOptions{
+			ttl: o.CertTTL, failTTL: o.CertFailureTTL, max: o.MaxCerts, now: o.Now,
+			perHost: o.CertFetchesPerHost, total: o.CertFetchesTotal, interval: o.CertFetchInterval,
+		}),
 	}, nil
 }
 
@@ -92,8 +126,9 @@ func (v *SNSVerifier) Policy() *URLPolicy { return v.policy }
 
 // Verify checks m's signature against the certificate its SigningCertURL
 // names. The URL is checked before anything is fetched. A certificate that
-// cannot be had right now is Unavailable; a signature that does not verify
-// is Unauthenticated; a URL outside the allow-list is Forbidden.
+// cannot be had right now (no connection, a 5xx, the fetch budget spent) is
+// Unavailable; a signature that does not verify, or a URL that serves no
+// certificate, is Unauthenticated; a URL outside the allow-list is Forbidden.
 func (v *SNSVerifier) Verify(ctx context.Context, m *SNSMessage) error {
 	var hash crypto.Hash
 	switch m.SignatureVersion {
@@ -117,7 +152,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m *SNSMessage) error {
 	if err != nil {
 		return err
 	}
-	key, err := v.certs.get(ctx, certURL.String(), v.fetchCert)
+	key, err := v.certs.get(ctx, certURL.String(), certURL.Host, v.fetchCert)
 	if err != nil {
 		return err
 	}
@@ -147,9 +182,11 @@ func verifySum(key *rsa.PublicKey, hash crypto.Hash, s string, sig []byte) bool 
 	return rsa.VerifyPKCS1v15(key, hash, sum, sig) == nil
 }
 
-// fetchCert downloads and parses one signing certificate. Every failure is
-// Unavailable: the message may well be genuine, and only a 5xx makes SNS try
-// again later.
+// fetchCert downloads and parses one signing certificate. Only a failure that
+// may pass is Unavailable: no connection, a timeout, a 5xx (and 408 or 429,
+// which say "later" too). A URL on an allowed host that answers anything else,
+// or serves something that is not a certificate, cannot be where a genuine
+// message's certificate lives: the message's signature is as good as wrong.
 func (v *SNSVerifier) fetchCert(ctx context.Context, certURL string) (*rsa.PublicKey, error) {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
@@ -162,19 +199,23 @@ func (v *SNSVerifier) fetchCert(ctx context.Context, certURL string) (*rsa.Publi
 		return nil, fail(Unavailable, err, "signing certificate cannot be fetched now")
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fail(Unavailable, nil, "signing certificate cannot be fetched now: HTTP %d", resp.StatusCode)
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return nil, fail(Unavailable, nil, "signing certificate cannot be fetched now: HTTP %d", code)
+	default:
+		return nil, fail(Unauthenticated, nil, "SigningCertURL serves no certificate (HTTP %d)", code)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCertBytes+1))
 	if err != nil {
 		return nil, fail(Unavailable, err, "signing certificate cannot be fetched now")
 	}
 	if len(body) > maxCertBytes {
-		return nil, fail(Unavailable, nil, "signing certificate is larger than %d bytes", maxCertBytes)
+		return nil, fail(Unauthenticated, nil, "SigningCertURL serves more than %d bytes, not a certificate", maxCertBytes)
 	}
 	key, err := parseCertKey(body)
 	if err != nil {
-		return nil, fail(Unavailable, err, "signing certificate is not usable")
+		return nil, fail(Unauthenticated, err, "SigningCertURL serves no usable certificate")
 	}
 	return key, nil
 }

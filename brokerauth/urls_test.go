@@ -145,7 +145,8 @@ func TestURLsOutsideTheAllowListAreNeverFetched(t *testing.T) {
 }
 
 // Redirects are not followed, even from a trusted host: the target was never
-// checked.
+// checked. A certificate URL that redirects serves no certificate, so the
+// message does not verify.
 func TestRedirectsAreNotFollowed(t *testing.T) {
 	t.Parallel()
 	outside := authtest.NewRecorder(t)
@@ -162,8 +163,8 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	m := sns.Notification("arn:aws:sns:us-east-1:123456789012:t", "n-1", "x")
 	m.SigningCertURL = srv + "/cert.pem"
 	sns.Sign(m, "2")
-	if err := v.Verify(context.Background(), m); brokerauth.KindOf(err) != brokerauth.Unavailable {
-		t.Errorf("Verify through a redirect = %v, want Unavailable", err)
+	if err := v.Verify(context.Background(), m); brokerauth.KindOf(err) != brokerauth.Unauthenticated {
+		t.Errorf("Verify through a redirect = %v, want Unauthenticated", err)
 	}
 	if outside.Hits() != 0 {
 		t.Fatal("the redirect was followed")

@@ -88,6 +88,7 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 	buildAuth(r, spec, &errs)
 	buildKey(r, spec, &errs)
 	buildFingerprint(r, spec, &errs)
+	checkSignedIdentity(r, &errs)
 
 	// Broker timing: the lease comes from the ack deadline.
 	ack, ackSet := errs.duration("ack_deadline", spec.AckDeadline)
@@ -297,6 +298,7 @@ func buildEffect(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	if out.ResultIDPointer != "" && !strings.HasPrefix(out.ResultIDPointer, "/") {
 		errs.add("effect.result_id_pointer", "JSON pointer %q must start with /", out.ResultIDPointer)
 	}
+	out.Evidence = effectEvidence(e, errs)
 	if out.LookupURL != "" {
 		if err := checkHTTPURL(strings.ReplaceAll(out.LookupURL, lookupKeyPlaceholder, "k")); err != nil {
 			errs.add("effect.lookup_url", "%v", err)

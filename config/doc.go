@@ -73,8 +73,10 @@
 //	                  confirmed only for listed topics. FIFO topics are
 //	                  refused: SNS cannot deliver them over HTTP.
 //	operation_key     kind: message_id (default) | attribute | json_pointer;
-//	                  name: the attribute, or the pointer ("/order/id")
-//	fingerprint       version: 1, data: true, attributes: [], pointers: []
+//	                  name: the attribute, or the pointer ("/order/id");
+//	                  sns: not attribute (see below)
+//	fingerprint       version: 1, data: true, attributes: [], pointers: [];
+//	                  sns: no attributes
 //	effect.method     POST
 //	effect.url        required; absolute http(s)
 //	effect.body_mode  raw | envelope | cloudevent; default raw
@@ -83,6 +85,8 @@
 //	effect.timeout    5s; at most ack_deadline + renewal.max_extension
 //	effect.result_id_header, effect.result_id_pointer
 //	                  where a 2xx carries the provider's result id
+//	effect.evidence   result_id when a result id header or pointer is set;
+//	                  otherwise required: status_only (see below)
 //	effect.retryable_statuses
 //	                  [408, 425, 429, 500, 502, 503, 504]
 //	effect.terminal_statuses
@@ -134,6 +138,19 @@
 // routes file: a route names the environment variables that hold them,
 // ResolveCredentials reads them once at start, and only the names are part of
 // the route's contract and of GET /v1/routes.
+//
+// A bare 2xx is weak evidence: it says the downstream answered, not which
+// effect it applied. A route that names no result id must therefore write
+// effect.evidence: status_only, so that the choice is visible in the file, in
+// its contract (GET /v1/routes) and in every completion statement, instead of
+// following silently from two omitted fields.
+//
+// On SNS routes the operation key and the fingerprint come only from fields
+// the SNS signature covers: the message id, or the Message (data, or JSON
+// pointers into it). SNS does not sign MessageAttributes, so a captured
+// message replayed with an attribute changed would still verify; were that
+// attribute the key or part of the fingerprint, the replay would become a new
+// operation. Such routes are refused at start.
 //
 // Private fields may still appear in fingerprint.attributes and
 // fingerprint.pointers, since only a hash of them is kept. They may also be

@@ -115,6 +115,7 @@ type effectSpec struct {
 	BodyMode          string            `yaml:"body_mode"`
 	Headers           map[string]string `yaml:"headers"`
 	Timeout           string            `yaml:"timeout"`
+	Evidence          string            `yaml:"evidence"`
 	ResultIDHeader    string            `yaml:"result_id_header"`
 	ResultIDPointer   string            `yaml:"result_id_pointer"`
 	TerminalStatuses  *[]int            `yaml:"terminal_statuses"`

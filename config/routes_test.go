@@ -20,7 +20,7 @@ func baseRoute() map[string]any {
 		"broker": "pubsub",
 		"auth":   "none",
 		"shape":  "repeatable",
-		"effect": map[string]any{"url": "http://127.0.0.1:9090/effects"},
+		"effect": map[string]any{"url": "http://127.0.0.1:9090/effects", "evidence": "status_only"},
 	}
 }
 
@@ -79,6 +79,7 @@ func TestDefaults(t *testing.T) {
 		Method:            "POST",
 		URL:               "http://127.0.0.1:9090/effects",
 		BodyMode:          gate.BodyRaw,
+		Evidence:          gate.EvidenceStatusOnly,
 		Timeout:           5 * time.Second,
 		TerminalStatuses:  []int{400, 401, 403, 404, 410, 422},
 		RetryableStatuses: []int{408, 425, 429, 500, 502, 503, 504},

@@ -74,10 +74,17 @@ type Settings struct {
 	// for SNS emulators only and stay empty in production.
 	OIDCJWKSURL           string   `envconfig:"OIDC_JWKS_URL" default:"https://www.googleapis.com/oauth2/v3/certs" desc:"key set that signs Pub/Sub push tokens; a route's oidc.jwks_url overrides it"`
 	SNSTrustedURLPrefixes []string `envconfig:"SNS_TRUSTED_URL_PREFIXES" desc:"emulators only: URL prefixes (each ending in /) trusted for SNS SigningCertURL and SubscribeURL besides SNS's own hosts"`
+	// SNSConfirmationMaxAge bounds replays of a captured confirmation: SNS
+	// retries a delivery for at most an hour, so an older copy is not SNS's.
+	SNSConfirmationMaxAge time.Duration `envconfig:"SNS_CONFIRMATION_MAX_AGE" default:"1h" desc:"oldest SNS SubscriptionConfirmation, by its signed Timestamp, that is still confirmed; older copies are refused as replays (at most 72h, the confirmation token's life)"`
 
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
+
+// maxConfirmationAge is how long an SNS confirmation token stays valid;
+// a longer bound would only admit copies that cannot confirm anything.
+const maxConfirmationAge = 72 * time.Hour
 
 // maxBodyLimit is the largest MaxBodyBytes accepted: a 10 MB Pub/Sub message
 // base64-encoded inside its envelope, with room to spare.
@@ -185,6 +192,9 @@ func (s Settings) Validate() error {
 	}
 	if err := checkHTTPURL(s.OIDCJWKSURL); err != nil {
 		add("OIDC_JWKS_URL", "%v", err)
+	}
+	if s.SNSConfirmationMaxAge <= 0 || s.SNSConfirmationMaxAge > maxConfirmationAge {
+		add("SNS_CONFIRMATION_MAX_AGE", "must be positive and at most %s, got %s", maxConfirmationAge, s.SNSConfirmationMaxAge)
 	}
 	for _, p := range s.SNSTrustedURLPrefixes {
 		if err := brokerauth.CheckTrustedPrefix(p); err != nil {
@@ -339,6 +349,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Bool("key_hash_secret_set", s.KeyHashSecret != ""),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
+		slog.Duration("sns_confirmation_max_age", s.SNSConfirmationMaxAge),
 		slog.String("log_level", s.LogLevel.String()),
 		slog.String("instance_id", s.InstanceID),
 	)
@@ -418,6 +429,8 @@ func (s *Settings) set(key, raw string) error {
 		s.WriteTimeout, err = parseDuration(raw)
 	case "IDLE_TIMEOUT":
 		s.IdleTimeout, err = parseDuration(raw)
+	case "SNS_CONFIRMATION_MAX_AGE":
+		s.SNSConfirmationMaxAge, err = parseDuration(raw)
 	case "SHUTDOWN_TIMEOUT":
 		s.ShutdownTimeout, err = parseDuration(raw)
 	case "MAX_CLOCK_SKEW":

@@ -73,11 +73,22 @@ type Claim struct {
 }
 
 // Settle is a write by the delivery that already holds the operation,
-// recording how its attempt ended and what the delivery is told.
+// recording how its attempt ended, what the delivery is told, and what
+// became of its lease meanwhile.
 type Settle struct {
-	Finish          *Attempt
-	Answer          *Answer
-	LeaseExtensions int
+	Finish *Attempt
+	Answer *Answer
+	Lease  LeaseFacts
+}
+
+// LeaseFacts is what happened to a lease while its owner's call ran: how
+// often it was renewed, when it last ran out, and when a renewal found it
+// gone. Lease loss is a fact of its own: the effect may still be pending,
+// confirmed or indeterminate.
+type LeaseFacts struct {
+	Extensions int
+	Deadline   time.Time
+	LostAt     *time.Time
 }
 
 // Writer is who makes a change and under what guard: a claiming delivery
@@ -105,9 +116,9 @@ func Claiming(op, row *Operation, lease Lease, d *Delivery, traceID string) Writ
 }
 
 // Settling is the holder of op's lease recording its attempt's end.
-func Settling(op *Operation, fence int64, finish *Attempt, answer *Answer, extensions int) Writer {
+func Settling(op *Operation, fence int64, finish *Attempt, answer *Answer, lease LeaseFacts) Writer {
 	return Writer{opID: op.ID, expect: op.State, fence: fence,
-		settle: &Settle{Finish: finish, Answer: answer, LeaseExtensions: extensions}}
+		settle: &Settle{Finish: finish, Answer: answer, Lease: lease}}
 }
 
 func (w Writer) change(k ChangeKind, steps []Step, reason string, at time.Time) *Change {

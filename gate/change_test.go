@@ -26,10 +26,12 @@ func TestNamedChanges(t *testing.T) {
 
 	claimExisting := Claiming(open, nil, lease, d, "trace-1")
 	claimNew := Claiming(nil, row, lease, d, "trace-1")
-	settle := Settling(open, 7, fin, ans, 2)
+	lost := at.Add(-time.Second)
+	facts := LeaseFacts{Extensions: 2, Deadline: at.Add(time.Minute), LostAt: &lost}
+	settle := Settling(open, 7, fin, ans, facts)
 	claimed := &Claim{Owner: "gw-1/abc", LeaseDeadline: lease.Expires, TraceID: "trace-1", Delivery: d}
 	created := &Claim{Row: row, Owner: "gw-1/abc", LeaseDeadline: lease.Expires, TraceID: "trace-1", Delivery: d}
-	settled := &Settle{Finish: fin, Answer: ans, LeaseExtensions: 2}
+	settled := &Settle{Finish: fin, Answer: ans, Lease: facts}
 
 	cases := []struct {
 		name string
@@ -66,7 +68,7 @@ func TestNamedChanges(t *testing.T) {
 
 func TestChangeReasonIsBounded(t *testing.T) {
 	t.Parallel()
-	c := RetryLaterChange(Settling(&Operation{ID: "op_1", State: StatePendingEffect}, 1, nil, nil, 0), strings.Repeat("é", 400), time.Now())
+	c := RetryLaterChange(Settling(&Operation{ID: "op_1", State: StatePendingEffect}, 1, nil, nil, LeaseFacts{}), strings.Repeat("é", 400), time.Now())
 	if len(c.Reason) > MaxReason || !utf8.ValidString(c.Reason) {
 		t.Fatalf("reason of %d bytes, bound is %d, or cut a character", len(c.Reason), MaxReason)
 	}

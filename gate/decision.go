@@ -53,6 +53,10 @@ const (
 	ActHoldTerminal Action = "hold_terminal"
 	// ActHoldIndeterminate: awaiting reconciliation; never re-executed here.
 	ActHoldIndeterminate Action = "hold_indeterminate"
+	// ActHoldLease: the reservation store lost its state while an attempt was
+	// open, and that attempt's owner may still be calling the downstream.
+	// Keep the lease until the owner must have stopped, and nack meanwhile.
+	ActHoldLease Action = "hold_lease"
 )
 
 // Evidence is what the gate knows at a decision point.
@@ -95,6 +99,8 @@ type Plan struct {
 	Reason string
 	// Anomaly flags a delivery the broker should not have sent.
 	Anomaly string
+	// HoldUntil is when an ActHoldLease may let go.
+	HoldUntil time.Time
 }
 
 // Target is the state the plan leaves the operation in ("" when it writes no
@@ -260,6 +266,44 @@ func AfterLookup(ev Evidence, res LookupResult) Plan {
 		return attempt(ev, "lookup says the effect is absent: retry allowed")
 	}
 	return indeterminate(ev, "earlier result lost and the lookup is unavailable: "+res.Reason)
+}
+
+// AfterReset is the table's row for a lease whose store had lost its
+// fencing counter (Lease.Reset), so the previous owner was never told it
+// lost the lease. The ledger still fences that owner's writes, but not its
+// downstream call: on a route whose downstream does not check the fence, a
+// new attempt (or a lookup answering "absent" before the old call lands)
+// could apply the effect twice. So while an attempt is open and its owner
+// may still be at work, p gives way to a hold; otherwise p stands.
+//
+//	evidence                                        plan
+//	lease reset, attempt open, owner's bound ahead  hold the lease until the bound, nack
+//	anything else                                   p
+func AfterReset(ev Evidence, p Plan) Plan {
+	op := ev.Op
+	if op == nil || op.LeaseStart == nil || op.LastAttempt == nil || op.LastAttempt.Outcome != "" {
+		return p
+	}
+	switch op.State {
+	case StateReserved, StatePendingEffect:
+	default:
+		return p
+	}
+	bound := OwnerBound(ev.Route, *op.LeaseStart)
+	if !ev.Now.Before(bound) {
+		return p
+	}
+	h := plan(ActHoldLease, Nack, fmt.Sprintf("the reservation store lost its state; the owner of fence %d may be at work until %s",
+		op.Fence, bound.UTC().Format(time.RFC3339)))
+	h.HoldUntil = bound
+	return h
+}
+
+// OwnerBound is the latest an owner that claimed at start can still be
+// calling the downstream: its call ends before the broker's deadline, and
+// nothing it does runs past its lease's last renewal (MaxExtension).
+func OwnerBound(r *Route, start time.Time) time.Time {
+	return start.Add(r.AckDeadline + r.Renewal.MaxExtension)
 }
 
 // AnswerFor is the one map from a settled state to what the broker is told.

@@ -264,6 +264,45 @@ func TestDedupeWindowLeavesRoomForTheCall(t *testing.T) {
 	}
 }
 
+// TestAfterResetTable walks the rows for a lease whose store had lost its
+// counter: hold only while an open attempt's owner may still be at work.
+func TestAfterResetTable(t *testing.T) {
+	t.Parallel()
+	route := testRoute(ShapeLookup)
+	claimed := now.Add(-2 * time.Second)
+	open := func(state State, outcome Outcome, at time.Time) *Operation {
+		o := op(state, 1, outcome, &at)
+		o.LeaseStart = &at
+		return o
+	}
+	next := attempt(Evidence{Route: route, Op: op(pending, 1, OutcomeRetryable, &first)}, "retry")
+	cases := []struct {
+		name string
+		op   *Operation
+		hold bool
+	}{
+		{"open attempt, owner may be at work: hold", open(pending, "", claimed), true},
+		{"open attempt, past the owner's bound: go on", open(pending, "", now.Add(-route.AckDeadline-time.Second)), false},
+		{"attempt finished: its owner stopped", open(pending, OutcomeRetryable, claimed), false},
+		{"settled work: nothing to protect", open(StateAckPending, OutcomeConfirmed, claimed), false},
+		{"new operation: nobody before", nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := AfterReset(Evidence{Route: route, Op: tc.op, Now: now}, next)
+			if (got.Action == ActHoldLease) != tc.hold {
+				t.Fatalf("AfterReset = %s (%s)", got.Action, got.Reason)
+			}
+			if tc.hold && (got.Answer != Nack || !got.HoldUntil.Equal(OwnerBound(route, claimed)) || len(got.Path) != 0) {
+				t.Fatalf("hold = %+v", got)
+			}
+			if !tc.hold && got.Action != next.Action {
+				t.Fatalf("the plan was changed to %s", got.Action)
+			}
+		})
+	}
+}
+
 func TestAnswerForSettledStates(t *testing.T) {
 	t.Parallel()
 	for _, s := range States {

@@ -255,10 +255,27 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan)
 	if err != nil {
 		return g.nack(d, "reservation store unavailable"), &InfraError{"acquire reservation", err}
 	}
-	o := &owned{g: g, d: d, op: op, lease: lease}
+	if lease.Reset {
+		if h := AfterReset(Evidence{Route: d.route, Op: op, Fingerprint: d.id.Fingerprint, Now: g.Now()}, p); h.Action == ActHoldLease {
+			return g.holdLease(ctx, d, op, lease, h), nil
+		}
+	}
+	o := &owned{g: g, d: d, op: op, lease: lease, firstExpiry: lease.Expires}
 	res, err := o.run(ctx, p)
 	res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, o.lease) })
 	return res, err
+}
+
+// holdLease keeps the lease until h.HoldUntil, so no delivery claims the
+// operation before its previous owner must have stopped, and answers nack.
+func (g *Gate) holdLease(ctx context.Context, d *delivery, op *Operation, lease Lease, h Plan) *Result {
+	res := g.answer(d, op, h)
+	if ttl := h.HoldUntil.Sub(g.Now()); ttl >= time.Millisecond {
+		if _, err := g.Reservations.Renew(ctx, lease, ttl); err != nil {
+			res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, lease) })
+		}
+	}
+	return res
 }
 
 // leaseTTL is short when the route renews: a live owner keeps renewing while

@@ -335,7 +335,8 @@ func TestOrphanedIntentIsResumed(t *testing.T) {
 }
 
 // The lease is lost while the first owner's call is in flight (Redis lost
-// its data); a second delivery takes over and settles. The first owner's
+// its data) and the call runs past its bound; a second delivery takes over
+// and settles. The first owner's
 // late result is fenced off: it answers nack and commits nothing.
 func TestStaleOwnerIsFenced(t *testing.T) {
 	t.Parallel()
@@ -347,6 +348,10 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 			return
 		}
 		r.leases.Flush()
+		// The first call outlives every bound the route puts on it (a
+		// downstream that ignores the request's deadline), so the ledger's
+		// fence is all that stands between it and a second commit.
+		r.clock.Advance(r.route.AckDeadline + time.Second)
 		second = r.push(m, true)
 	}
 	first := r.push(m, true)
@@ -449,5 +454,82 @@ func TestRetentionGapIsTerminal(t *testing.T) {
 	want(t, r.push(m, true), gate.Ack, gate.StateTerminalFailure)
 	if s := r.snapshot(m); r.fx.Calls() != 0 || len(s.DeadLetters) != 1 {
 		t.Fatalf("%d calls, dead letters %+v", r.fx.Calls(), s.DeadLetters)
+	}
+}
+
+// Redis loses its data while a slow call is in flight on a lookup route whose
+// downstream does not deduplicate. A new delivery must not claim before the
+// first owner must have stopped: asked too early, the lookup would answer
+// "absent" and a second call would apply the effect again.
+func TestLostReservationsWaitForTheOwnersBound(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	var during []*gate.Result
+	r.fx.Script = func(n int, req *gate.EffectRequest, apply func() string) gate.EffectResult {
+		if n == 1 {
+			r.leases.Flush()
+			during = append(during, r.push(m, true), r.push(m, true))
+		}
+		return gate.EffectResult{Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: apply()}
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	for i, res := range during {
+		if res.Decision != gate.Nack {
+			t.Fatalf("delivery %d during the call: %s (%s)", i, res.Decision, res.Reason)
+		}
+	}
+	if !strings.Contains(during[0].Reason, "lost its state") {
+		t.Fatalf("the first delivery after the loss was not held: %s", during[0].Reason)
+	}
+	s := r.snapshot(m)
+	if r.fx.Calls() != 1 || r.fx.Lookups() != 0 || r.fx.Applied(r.key(m)) != 1 || s.Op.Fence != 1 || s.Op.State != gate.StateAcknowledged {
+		t.Fatalf("%d calls, %d lookups, %d applied, fence %d, %s", r.fx.Calls(), r.fx.Lookups(), r.fx.Applied(r.key(m)), s.Op.Fence, s.Op.State)
+	}
+}
+
+// When the owner died (no call can still be running past its bound), a
+// delivery after the loss takes over as usual.
+func TestLostReservationsAfterTheBoundTakeOver(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	r.failSettling()
+	r.push(m, true) // the owner dies after its call
+	r.ledger.BeforeWrite = nil
+	r.leases.Flush()
+	held := r.push(m, true)
+	if held.Decision != gate.Nack || !strings.Contains(held.Reason, "lost its state") {
+		t.Fatalf("inside the bound: %s (%s)", held.Decision, held.Reason)
+	}
+	r.clock.Advance(r.route.AckDeadline + time.Second)
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	if r.fx.Calls() != 1 || r.fx.Lookups() != 1 || r.fx.Applied(r.key(m)) != 1 {
+		t.Fatalf("%d calls, %d lookups, %d applied", r.fx.Calls(), r.fx.Lookups(), r.fx.Applied(r.key(m)))
+	}
+}
+
+// A lease lost while the call runs is recorded as a fact of its own, beside
+// an effect that still settles under the owner's unchanged fence.
+func TestLeaseLossIsRecorded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	r.route.Renewal = gate.Renewal{Interval: 5 * time.Millisecond, MaxExtension: time.Second}
+	m := r.msg("m-1", "x")
+	r.fx.OnCall = func(*gate.EffectRequest) {
+		r.leases.Flush()
+		deadline := time.Now().Add(10 * time.Second)
+		for r.leases.LostRenewals() == 0 {
+			if time.Now().After(deadline) {
+				t.Error("no renewal noticed the lost lease")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	s := r.snapshot(m)
+	if s.Op.LeaseLostAt == nil || s.Op.LeaseDeadline == nil || !strings.Contains(s.Op.Reason, "lease lost") {
+		t.Fatalf("lease lost at %v, deadline %v, reason %q", s.Op.LeaseLostAt, s.Op.LeaseDeadline, s.Op.Reason)
 	}
 }

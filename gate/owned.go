@@ -19,10 +19,13 @@ type owned struct {
 	d     *delivery
 	op    *Operation // the operation as this owner last wrote it; nil before claim
 	lease Lease
-	// extensions counts lease renewals; leaseLost is set when a renewal found
+	// firstExpiry is when the lease as first taken would have lapsed; the
+	// total extension past it is capped by the route's MaxExtension.
+	firstExpiry time.Time
+	// extensions counts lease renewals; leaseLost is when a renewal found
 	// the lease gone. Both are recorded with the settling write.
 	extensions int
-	leaseLost  bool
+	leaseLost  *time.Time
 	// claimed is set once this delivery's claim committed, so its delivery
 	// row exists and can be answered, and its next write is a settlement.
 	claimed bool
@@ -70,7 +73,7 @@ func (o *owned) run(ctx context.Context, p Plan) (*Result, error) {
 func (o *owned) write(ctx context.Context, p Plan) error {
 	now := o.g.Now()
 	reason := p.Reason
-	if o.claimed && o.leaseLost {
+	if o.claimed && o.leaseLost != nil {
 		reason += " (lease lost during the call)"
 	}
 	var from State
@@ -138,7 +141,9 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 		fin := o.finished
 		next.LastAttempt = fin
 		answer := &Answer{Owner: o.lease.Owner, Decision: p.Answer, Reason: bound(reason)}
-		return &next, Settling(o.op, o.lease.Fence, fin, answer, o.extensions)
+		facts := LeaseFacts{Extensions: o.extensions, Deadline: o.lease.Expires, LostAt: o.leaseLost}
+		next.LeaseExtensions, next.LeaseDeadline, next.LeaseLostAt = facts.Extensions, &facts.Deadline, facts.LostAt
+		return &next, Settling(o.op, o.lease.Fence, fin, answer, facts)
 	}
 	rec := *o.d.rec
 	rec.Reason, rec.Owner = bound(reason), o.lease.Owner
@@ -263,15 +268,16 @@ func (o *owned) callDeadline() time.Time {
 }
 
 // renew keeps the lease while the call runs: every Renewal.Interval, only
-// while this owner still holds it, and never past the broker deadline plus
-// MaxExtension, so stalled work cannot hide the operation forever. It returns
-// a stop function that waits for the renewer to end.
+// while this owner still holds it, and never more than MaxExtension past the
+// lease as first taken, so stalled work cannot hide the operation for long
+// (and OwnerBound holds). It returns a stop function that waits for the
+// renewer to end.
 func (o *owned) renew(ctx context.Context) (stop func()) {
 	r := o.route()
 	if r.Renewal.Interval <= 0 {
 		return func() {}
 	}
-	limit := o.d.deadline.Add(r.Renewal.MaxExtension)
+	limit := o.firstExpiry.Add(r.Renewal.MaxExtension)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -290,7 +296,8 @@ func (o *owned) renew(ctx context.Context) (stop func()) {
 			}
 			l, err := o.g.Reservations.Renew(ctx, o.lease, ttl)
 			if errors.Is(err, ErrLeaseLost) {
-				o.leaseLost = true
+				lost := o.g.Now()
+				o.leaseLost = &lost
 				return
 			}
 			if err == nil {

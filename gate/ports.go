@@ -37,8 +37,9 @@ type Ledger interface {
 type Reservations interface {
 	// Acquire takes the lease for key when nobody holds it, in one atomic step,
 	// and returns a fencing token strictly greater than every token issued
-	// before and than floor (the highest token the ledger has seen). ErrHeld
-	// when another owner holds it.
+	// before and than floor (the highest token the ledger has seen), with
+	// Reset set when the store's counter was below floor. ErrHeld when
+	// another owner holds it.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, error)
 	// Renew extends the lease only while owner still holds it; ErrLeaseLost otherwise.
 	Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
@@ -68,6 +69,10 @@ type Lease struct {
 	Owner   string    `json:"owner"`
 	Fence   int64     `json:"fence"`
 	Expires time.Time `json:"expires"`
+	// Reset says the store had lost this key's fencing counter (it was below
+	// the ledger's floor, as after a restart without persistence): whoever
+	// held the lease before may not have been told, and may still be at work.
+	Reset bool `json:"reset,omitempty"`
 }
 
 // Operation is the ledger's record of one unit of intent, and the core of the
@@ -92,8 +97,10 @@ type Operation struct {
 	LeaseStart         *time.Time       `json:"lease_start,omitempty"`
 	LeaseDeadline      *time.Time       `json:"lease_deadline,omitempty"`
 	LeaseExtensions    int              `json:"lease_extensions"`
-	DeliveryCount      int              `json:"delivery_count"`
-	AttemptCount       int              `json:"attempt_count"`
+	// LeaseLostAt is when the owner found its lease gone mid-call.
+	LeaseLostAt   *time.Time `json:"lease_lost_at,omitempty"`
+	DeliveryCount int        `json:"delivery_count"`
+	AttemptCount  int        `json:"attempt_count"`
 	// FirstAttemptAt anchors the provider's dedupe window.
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
 	// LastAttempt is the newest effect attempt; Outcome "" means it was started

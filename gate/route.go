@@ -117,6 +117,19 @@ const (
 	BodyCloudEvent BodyMode = "cloudevent"
 )
 
+// EvidenceKind is what a 2xx answer must carry to count as proof of the
+// effect.
+type EvidenceKind string
+
+const (
+	// EvidenceResultID: the provider's result id, read from ResultIDHeader or
+	// ResultIDPointer; a 2xx without it is not evidence.
+	EvidenceResultID EvidenceKind = "result_id"
+	// EvidenceStatusOnly: the status code alone. A route has to say so
+	// explicitly, and the completion statement says so too.
+	EvidenceStatusOnly EvidenceKind = "status_only"
+)
+
 // EffectSpec is the downstream call that performs the route's effect, and how
 // its answers are read.
 type EffectSpec struct {
@@ -126,9 +139,11 @@ type EffectSpec struct {
 	Headers  map[string]string `json:"headers,omitempty"`
 	// Timeout caps one call; the remaining lease caps it further.
 	Timeout time.Duration `json:"timeout"`
-	// ResultIDHeader / ResultIDPointer locate the provider's result id in a 2xx.
-	ResultIDHeader  string `json:"result_id_header,omitempty"`
-	ResultIDPointer string `json:"result_id_pointer,omitempty"`
+	// Evidence says whether a 2xx proves the effect with a result id or by
+	// its status alone; ResultIDHeader / ResultIDPointer locate the result id.
+	Evidence        EvidenceKind `json:"evidence"`
+	ResultIDHeader  string       `json:"result_id_header,omitempty"`
+	ResultIDPointer string       `json:"result_id_pointer,omitempty"`
 	// TerminalStatuses will never succeed on retry; RetryableStatuses are
 	// documented failures with no effect. Any other non-2xx status is unknown.
 	TerminalStatuses  []int `json:"terminal_statuses"`

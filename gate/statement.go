@@ -14,8 +14,15 @@ func Statement(op *Operation) string {
 	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, op.ContractVersion)
 	switch op.State {
 	case StateEffectConfirmed, StateAckPending, StateAcknowledged:
-		fmt.Fprintf(&b, "the downstream's effect evidence is result %q, committed to the ledger at %s after %d attempt(s). ",
-			op.ResultID, stamp(op.EvidenceAt), op.AttemptCount)
+		if op.ResultID != "" {
+			fmt.Fprintf(&b, "the downstream's effect evidence is result %q, committed to the ledger at %s after %d attempt(s). ",
+				op.ResultID, stamp(op.EvidenceAt), op.AttemptCount)
+		} else {
+			// A status-only route: nothing but the answer's status says the
+			// effect happened, and the statement must not suggest more.
+			fmt.Fprintf(&b, "the downstream's effect evidence is its status code only (%s, no result id), committed to the ledger at %s after %d attempt(s). ",
+				successStatus(op.LastAttempt), stamp(op.EvidenceAt), op.AttemptCount)
+		}
 		if op.State == StateAcknowledged {
 			fmt.Fprintf(&b, "The acknowledging response was written to the broker at %s; a push broker gives no further confirmation.", stamp(op.AckedAt))
 		} else {
@@ -37,6 +44,15 @@ func Statement(op *Operation) string {
 		fmt.Fprintf(&b, "no effect evidence yet (state %s, %d attempt(s)). Not acknowledged.", op.State, op.AttemptCount)
 	}
 	return b.String()
+}
+
+// successStatus names the 2xx that confirmed the effect, when the last attempt
+// recorded it.
+func successStatus(a *Attempt) string {
+	if a != nil && a.Outcome == OutcomeConfirmed && a.StatusCode != 0 {
+		return fmt.Sprintf("HTTP %d", a.StatusCode)
+	}
+	return "a 2xx"
 }
 
 func stamp(t *time.Time) string {

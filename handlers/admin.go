@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -37,6 +38,10 @@ type AdminOptions struct {
 	// when set, MetricsToken, which opens /metrics and nothing else.
 	Metrics      http.Handler
 	MetricsToken string
+	// AuthFailures counts requests refused for their credential; optional.
+	AuthFailures AuthFailureRecorder
+
+	refusals *refusalLog
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route
@@ -50,15 +55,17 @@ func NewAdmin(o AdminOptions) http.Handler {
 			writeProblem(w, http.StatusNotFound, "metrics are not enabled in this process")
 		})
 	}
+	o.refusals = newRefusalLog(time.Now)
 	r := chi.NewRouter()
 	addAdminRoutes(r, &o)
 	return r
 }
 
 // requireToken admits a request bearing one of tokens (empty ones never
-// match). Each comparison is constant-time and all are made, so a token
-// cannot be guessed a byte at a time from response timing.
-func requireToken(tokens ...string) func(http.Handler) http.Handler {
+// match) and hands every other to refused. Each comparison is constant-time
+// and all are made, so a token cannot be guessed a byte at a time from
+// response timing.
+func requireToken(refused func(*http.Request, string), tokens ...string) func(http.Handler) http.Handler {
 	var wants [][]byte
 	for _, t := range tokens {
 		if t != "" {
@@ -73,6 +80,7 @@ func requireToken(tokens ...string) func(http.Handler) http.Handler {
 				match |= subtle.ConstantTimeCompare(got, want)
 			}
 			if match != 1 {
+				refused(r, authFailureReason(string(got)))
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ackgate-admin"`)
 				writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
 				return
@@ -98,7 +106,7 @@ func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRe
 	ev := adminapi.EvidenceFields{
 		ReceiveCount: op.DeliveryCount, OperationScope: op.ScopeKey,
 		SemanticFingerprint: op.Fingerprint, MessageSchemaVersion: op.FingerprintVersion,
-		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions,
+		LeaseStart: op.LeaseStart, LeaseDeadline: op.LeaseDeadline, LeaseExtensions: op.LeaseExtensions, LeaseLostAt: op.LeaseLostAt,
 		OwnerToken: op.Owner, FencingVersion: op.Fence, IdempotencyKey: op.IdempotencyKey,
 		ResultID: op.ResultID, EffectStatus: op.State, EvidenceTime: op.EvidenceAt,
 		AckConfirmedTime: op.AckedAt, IndeterminateLane: op.Lane, RetentionExpiry: op.RetainUntil,

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
@@ -22,11 +23,24 @@ type BrokerAuth struct {
 	Credentials map[string]brokerauth.Credentials
 	// Subscriptions records SNS subscription messages.
 	Subscriptions SubscriptionLog
+	// ConfirmationMaxAge bounds the age of a SubscriptionConfirmation, by its
+	// signed Timestamp, that is still confirmed; DefaultConfirmationMaxAge
+	// when zero.
+	ConfirmationMaxAge time.Duration
 }
 
-// SubscriptionLog is the durable record of SNS subscription messages.
+// DefaultConfirmationMaxAge is as long as SNS keeps retrying a delivery: a
+// genuine confirmation arrives within it, and an older copy can only be a
+// replay.
+const DefaultConfirmationMaxAge = time.Hour
+
+// SubscriptionLog is the durable record of SNS subscription messages. Each
+// message (route and MessageId) is claimed before it is acted on and settled
+// with its recorded outcome, so that copies of it are answered from the
+// record instead of being acted on again.
 type SubscriptionLog interface {
-	Record(ctx context.Context, e *adminapi.SubscriptionEvent) error
+	Claim(ctx context.Context, route, messageID string, lease time.Duration) (adminapi.SubscriptionClaim, error)
+	Settle(ctx context.Context, c adminapi.SubscriptionClaim, e *adminapi.SubscriptionEvent) error
 }
 
 func notConfigured(what string) error {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"testing"
+	"time"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/brokerauth"
@@ -29,6 +31,23 @@ func (e *env) useAuth(auth handlers.BrokerAuth) {
 	e.ingest.Close()
 	e.ingest = httptest.NewServer(handlers.NewIngest(o))
 	e.t.Cleanup(e.ingest.Close)
+}
+
+// snsVerifier trusts prefixes (the local SNS stand-in's) besides real SNS.
+func snsVerifier(t *testing.T, prefixes ...string) *brokerauth.SNSVerifier {
+	t.Helper()
+	return snsVerifierAt(t, time.Now, prefixes...)
+}
+
+// snsVerifierAt is snsVerifier on the clock now, for tests that outwait the
+// verifier's memory of a failed certificate fetch.
+func snsVerifierAt(t *testing.T, now func() time.Time, prefixes ...string) *brokerauth.SNSVerifier {
+	t.Helper()
+	v, err := brokerauth.NewSNSVerifier(brokerauth.SNSOptions{TrustedURLPrefixes: prefixes, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // post sends body to path with headers and decodes the answer.

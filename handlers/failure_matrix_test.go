@@ -25,6 +25,7 @@ import (
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/storage"
 )
 
 // Kill the worker after the local commit but before the ack reaches the
@@ -116,13 +117,26 @@ func leaveOrphanedIntent(t *testing.T, e *env, route *gate.Route, id gate.Identi
 		IdempotencyKey: id.IdempotencyKey, Fence: 1, Owner: "dead-worker",
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(route.Retention),
 	}
-	w := gate.Claiming(nil, op, gate.Lease{Owner: "dead-worker", Fence: 1, Expires: now.Add(time.Second)},
+	// The dead worker held a real lease, which lapses on its own.
+	lease, err := storage.NewReservations(e.rdb).Acquire(context.Background(), id.OperationID, "dead-worker", 50*time.Millisecond, 0)
+	if err != nil || lease.Fence != 1 {
+		t.Fatalf("the dead worker's lease: %+v, %v", lease, err)
+	}
+	w := gate.Claiming(nil, op, lease,
 		&gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub, Source: "s", MessageID: m.ID, ReceivedAt: now}, "")
 	err = e.ledger.Write(context.Background(), gate.StartChange(w, steps,
 		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: id.IdempotencyKey, Fence: 1, StartedAt: now},
 		"dead worker", now))
 	if err != nil {
 		t.Fatalf("create orphaned intent: %v", err)
+	}
+	// The worker is dead once its lease has lapsed.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.rdb.Exists(context.Background(), "ackgate:{"+id.OperationID+"}:lease").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead worker's lease never lapsed")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -155,7 +169,7 @@ func TestExhaustLeaseExtensionsDuringSlowEffect(t *testing.T) {
 	e := newEnv(t, false, routeYAML("slow", "unsafe", "broker", ""))
 	r := e.routes["slow"]
 	r.AckDeadline = 4 * time.Second
-	r.Renewal = gate.Renewal{Interval: 400 * time.Millisecond}
+	r.Renewal = gate.Renewal{Interval: 400 * time.Millisecond, MaxExtension: 2 * time.Second}
 	r.Effect.Timeout = time.Minute
 	entered := make(chan struct{}, 1)
 	e.down.set(func(w http.ResponseWriter, req *http.Request, apply func() string) {

@@ -339,8 +339,22 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	if err := e.rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The redelivery takes over. Its token must beat the ledger's, even though
-	// Redis restarted its counter from zero.
+	// While the first owner may still be inside its bound, a redelivery is
+	// held off: Redis lost the lease, so only time can say the owner stopped.
+	held := e.push("orders", m)
+	wantStatus(t, held, http.StatusServiceUnavailable)
+	if !strings.Contains(held.Body.Reason, "lost its state") {
+		t.Fatalf("redelivery inside the owner's bound: %+v", held.Body)
+	}
+	// Here the first call outlives that bound (the downstream ignores the
+	// deadline), so the redelivery takes over. Its token must beat the
+	// ledger's, even though Redis restarted its counter from zero.
+	// The gate's clock jumps past the bound; the hold it put on the lease in
+	// Redis runs on Redis's own clock, so it is let go by hand.
+	e.clock.Advance(gate.OwnerBound(e.routes["orders"], time.Time{}).Sub(time.Time{}) + time.Second)
+	if err := e.rdb.Del(context.Background(), "ackgate:{"+e.opID("orders", m)+"}:lease").Err(); err != nil {
+		t.Fatal(err)
+	}
 	wantStatus(t, e.push("orders", m), http.StatusNoContent)
 	testenv.Receive(t, entered, "the redelivery was acked without a downstream call")
 	id := e.opID("orders", m)
@@ -366,9 +380,10 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	var d []gate.Delivery
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		d = e.record(id).Deliveries
-		return len(d) == 2 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") && d[1].Decision == gate.Ack
+		return len(d) == 3 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") &&
+			d[1].Decision == gate.Nack && strings.Contains(d[1].Reason, "lost its state") && d[2].Decision == gate.Ack
 	}, func() string {
-		return fmt.Sprintf("deliveries = %+v, want the stale one answered nack (fenced) and the winner's ack", d)
+		return fmt.Sprintf("deliveries = %+v, want the stale one answered nack (fenced), the held one nack and the winner's ack", d)
 	})
 	if fences := e.down.Fences(); len(fences) != 2 || fences[0] == fences[1] {
 		t.Fatalf("downstream saw fences %v, want two different", fences)

@@ -781,7 +781,7 @@ func TestOpenAPIValidatorRefusesWrongAnswers(t *testing.T) {
 		return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader(body))}
 	}
 	const route = `{"name":"orders","tenant":"default","broker":"pubsub","auth":"none","operation_key":{"kind":"message_id"},` +
-		`"fingerprint":{"version":1,"data":true},"effect":{"method":"POST","url":"http://d/effects","body_mode":"raw","timeout":"10s",` +
+		`"fingerprint":{"version":1,"data":true},"effect":{"method":"POST","url":"http://d/effects","body_mode":"raw","evidence":"status_only","timeout":"10s",` +
 		`"terminal_statuses":[400],"retryable_statuses":[503]},"shape":"idempotent","dedupe_window":"1h0m0s","max_attempts":5,` +
 		`"dead_letter":"broker","ack_deadline":"10s","renewal":{"interval":"3s","max_extension":"10s"},"retention":"168h0m0s",` +
 		`"contract_version":"0123456789abcdef"}`

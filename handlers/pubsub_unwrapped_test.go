@@ -20,6 +20,7 @@ func unwrappedRoutes(mode string) string {
     shape: unsafe
     effect:
       url: {{DOWN}}/effects
+      evidence: status_only
   - name: byorder
     broker: pubsub
     auth: none
@@ -30,6 +31,7 @@ func unwrappedRoutes(mode string) string {
     shape: unsafe
     effect:
       url: {{DOWN}}/effects
+      evidence: status_only
 `
 }
 

@@ -18,7 +18,7 @@ func addIngestRoutes(r chi.Router, o *IngestOptions) {
 
 func addAdminRoutes(r chi.Router, o *AdminOptions) {
 	r.Group(func(r chi.Router) {
-		r.Use(requireToken(o.Token))
+		r.Use(requireToken(o.refused, o.Token))
 		r.Get("/v1/operations", handleListOperations(o))
 		r.Get("/v1/operations/{id}", handleGetOperation(o))
 		r.Get("/v1/routes", handleListRoutes(o))
@@ -26,5 +26,5 @@ func addAdminRoutes(r chi.Router, o *AdminOptions) {
 		r.Get("/v1/poison", handleListPoison(o))
 	})
 	// A scraper may hold the metrics token, which opens nothing but this.
-	r.With(requireToken(o.Token, o.MetricsToken)).Method(http.MethodGet, "/metrics", o.Metrics)
+	r.With(requireToken(o.refused, o.Token, o.MetricsToken)).Method(http.MethodGet, "/metrics", o.Metrics)
 }

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -173,53 +174,114 @@ func decodeSNSRaw(h http.Header, body []byte) (*gate.Message, error) {
 	return &gate.Message{Broker: gate.BrokerSNS, Source: topic, MessageID: id, Data: body, Envelope: body}, nil
 }
 
+// subscriptionClaimLease is how long one copy of a subscription message may
+// hold it before another copy takes over: the confirmation GET is bounded by
+// the verifier's fetch timeout (5 s by default) and SNS waits 15 s for an
+// answer, so a copy still holding it after 30 s has died.
+const subscriptionClaimLease = 30 * time.Second
+
 // snsSubscription handles the two subscription messages. Confirmations are
 // made only for topics the route lists, by a GET on the SubscribeURL after
-// the allow-list check; every one is recorded before it is answered, and an
-// answer that could not be recorded is a nack so that SNS sends it again.
+// the allow-list check, and only while the message is fresh (its signed
+// Timestamp within the configured age); every one is recorded before it is
+// answered, and an answer that could not be recorded is a nack so that SNS
+// sends it again. Each MessageId is acted on once: a copy of a message
+// already handled is answered from its record.
 func (o *IngestOptions) snsSubscription(w http.ResponseWriter, r *http.Request, route *gate.Route, m *brokerauth.SNSMessage, arrived time.Time) {
 	ctx, span := o.startDelivery(r, gate.BrokerSNS, route, &gate.Message{Broker: gate.BrokerSNS, Source: m.TopicArn, MessageID: m.MessageID}, arrived)
+	out := o.subscriptionOutcome(ctx, route, m, arrived)
+	_, status := o.finish(ctx, w, gate.BrokerSNS, route, out)
+	endDelivery(span, out, status)
+}
+
+func (o *IngestOptions) subscriptionOutcome(ctx context.Context, route *gate.Route, m *brokerauth.SNSMessage, arrived time.Time) outcome {
+	if o.Auth.Subscriptions == nil {
+		return outcome{decision: gate.Nack, reason: "no subscription log is configured"}
+	}
+	sent, err := time.Parse(time.RFC3339Nano, m.Timestamp)
+	if err != nil {
+		return fromRejection(badRequest("SNS Timestamp is not an RFC 3339 time"))
+	}
+	allowed := slices.Contains(route.Sources, m.TopicArn)
+	claim, err := o.Auth.Subscriptions.Claim(ctx, route.Name, m.MessageID, subscriptionClaimLease)
+	if err != nil {
+		o.Logger.ErrorContext(ctx, "claiming a subscription message failed", "route", route.Name, "topic", m.TopicArn, "err", err)
+		return outcome{decision: gate.Nack, reason: "subscription message could not be recorded"}
+	}
+	if !claim.Owned {
+		return copyOutcome(claim, allowed)
+	}
 	ev := &adminapi.SubscriptionEvent{
 		Route: route.Name, TopicArn: m.TopicArn, MessageType: m.Type, MessageID: m.MessageID, ReceivedAt: arrived,
 	}
-	allowed := slices.Contains(route.Sources, m.TopicArn)
-	var out outcome
+	out := o.actOnSubscription(ctx, route, m, allowed, arrived.Sub(sent), ev)
+	if err := o.Auth.Subscriptions.Settle(ctx, claim, ev); err != nil {
+		o.Logger.ErrorContext(ctx, "recording a subscription message failed", "route", route.Name, "topic", m.TopicArn, "err", err)
+		return outcome{decision: gate.Nack, reason: "subscription message could not be recorded"}
+	}
+	return out
+}
+
+// copyOutcome answers a copy of a subscription message that another copy
+// claimed. A confirmed or recorded message is acked without a new call or
+// record: it has been handled, and SNS's own retry of it (when an earlier
+// answer was lost) must hear "delivered". A refused one is refused again. One
+// still being handled is a nack, so that SNS would ask again later.
+func copyOutcome(c adminapi.SubscriptionClaim, allowed bool) outcome {
+	switch c.Outcome {
+	case adminapi.SubscriptionConfirmed:
+		return outcome{decision: gate.Ack, reason: "subscription already confirmed for this message id; not confirmed again"}
+	case adminapi.SubscriptionRecorded:
+		if !allowed {
+			return fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
+		}
+		return outcome{decision: gate.Ack, reason: "already recorded, not acted on"}
+	case adminapi.SubscriptionRefused:
+		return fromRejection(&Rejection{Status: http.StatusForbidden, Reason: gate.Bound("already refused: "+c.Reason, 200)})
+	}
+	return outcome{decision: gate.Nack, reason: "another copy of this subscription message is being handled"}
+}
+
+// actOnSubscription decides, and for a fresh confirmation from a listed topic
+// makes, the confirmation, and fills in ev's outcome.
+func (o *IngestOptions) actOnSubscription(ctx context.Context, route *gate.Route, m *brokerauth.SNSMessage, allowed bool, age time.Duration, ev *adminapi.SubscriptionEvent) outcome {
+	maxAge := o.Auth.ConfirmationMaxAge
+	if maxAge <= 0 {
+		maxAge = DefaultConfirmationMaxAge
+	}
 	switch {
 	case m.Type == brokerauth.SNSUnsubscribeConfirmation:
 		ev.Outcome, ev.Reason = adminapi.SubscriptionRecorded, "recorded, not acted on"
-		out = outcome{decision: gate.Ack, reason: ev.Reason}
 		if !allowed {
-			out = fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
+			return fromRejection(&Rejection{Status: http.StatusForbidden, Reason: "topic is not allowed on this route"})
 		}
+		return outcome{decision: gate.Ack, reason: ev.Reason}
 	case !allowed:
 		ev.Outcome, ev.Reason = adminapi.SubscriptionRefused, "topic is not listed in the route's sources"
-		out = fromRejection(&Rejection{Status: http.StatusForbidden, Reason: ev.Reason})
+		return fromRejection(&Rejection{Status: http.StatusForbidden, Reason: ev.Reason})
+	case age > maxAge:
+		// Genuine, since it verified, but older than any retry of SNS's:
+		// a replay of a captured message.
+		ev.Outcome = adminapi.SubscriptionRefused
+		ev.Reason = fmt.Sprintf("confirmation is older than %s by its signed Timestamp", maxAge)
+		return fromRejection(&Rejection{Status: http.StatusForbidden, Reason: ev.Reason})
 	case o.Auth.SNS == nil:
 		ev.Outcome, ev.Reason = adminapi.SubscriptionConfirmFailed, "no SNS verifier is configured to confirm with"
-		out = outcome{decision: gate.Nack, reason: ev.Reason}
+		return outcome{decision: gate.Nack, reason: ev.Reason}
+	}
+	arn, err := o.Auth.SNS.Confirm(ctx, m)
+	switch brokerauth.KindOf(err) {
+	case 0:
+		ev.Outcome, ev.SubscriptionArn = adminapi.SubscriptionConfirmed, arn
+		return outcome{decision: gate.Ack, reason: "subscription confirmed"}
+	case brokerauth.Forbidden, brokerauth.Malformed:
+		out := fromAuth(err)
+		ev.Outcome, ev.Reason = adminapi.SubscriptionRefused, out.reason
+		return out
 	default:
-		arn, err := o.Auth.SNS.Confirm(ctx, m)
-		switch brokerauth.KindOf(err) {
-		case 0:
-			ev.Outcome, ev.SubscriptionArn = adminapi.SubscriptionConfirmed, arn
-			out = outcome{decision: gate.Ack, reason: "subscription confirmed"}
-		case brokerauth.Forbidden, brokerauth.Malformed:
-			ev.Outcome = adminapi.SubscriptionRefused
-			out = fromAuth(err)
-			ev.Reason = out.reason
-		default:
-			ev.Outcome = adminapi.SubscriptionConfirmFailed
-			out = fromAuth(err)
-			ev.Reason = out.reason
-			o.Logger.WarnContext(ctx, "subscription confirmation failed", "route", route.Name, "topic", m.TopicArn, "err", err)
-		}
+		out := fromAuth(err)
+		ev.Outcome, ev.Reason = adminapi.SubscriptionConfirmFailed, out.reason
+		o.Logger.WarnContext(ctx, "subscription confirmation failed", "route", route.Name, "topic", m.TopicArn, "err", err)
+		return out
 	}
-	if o.Auth.Subscriptions == nil {
-		out = outcome{decision: gate.Nack, reason: "no subscription log is configured"}
-	} else if err := o.Auth.Subscriptions.Record(ctx, ev); err != nil {
-		o.Logger.ErrorContext(ctx, "recording a subscription message failed", "route", route.Name, "topic", m.TopicArn, "err", err)
-		out = outcome{decision: gate.Nack, reason: "subscription message could not be recorded"}
-	}
-	_, status := o.finish(ctx, w, gate.BrokerSNS, route, out)
-	endDelivery(span, out, status)
 }

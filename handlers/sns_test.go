@@ -2,7 +2,9 @@ package handlers_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ackgate/ackgate/adminapi"
@@ -121,11 +123,14 @@ func TestSNSRefusals(t *testing.T) {
 
 // With the certificate host down the gateway cannot tell a genuine message
 // from a forged one: 503 so SNS retries, nothing recorded; the retry after the
-// host is back is executed.
+// host is back (and after the verifier's brief memory of the failure) is
+// executed.
 func TestSNSCertificateServerDownThenBack(t *testing.T) {
 	t.Parallel()
 	sns := authtest.NewSNS(t)
-	e := newSNSEnv(t, sns)
+	verifierClock := &clock{}
+	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", ""))
+	e.useAuth(handlers.BrokerAuth{SNS: snsVerifierAt(t, verifierClock.Now, sns.Prefix())})
 	m := sns.Sign(sns.Notification(ordersTopic, "n-1", `{"order":1}`), "2")
 	body := authtest.Body(m)
 
@@ -138,12 +143,41 @@ func TestSNSCertificateServerDownThenBack(t *testing.T) {
 	e.nothingRecorded("with the certificate server down")
 
 	sns.Start()
+	verifierClock.Advance(brokerauth.DefaultCertFailureTTL)
 	r, _ = e.postSNS("orders", m, body, nil)
 	wantStatus(t, r, http.StatusNoContent)
 	e.waitState(e.opID("orders", msg{ID: m.MessageID, Data: m.Message, Sub: m.TopicArn}), gate.StateAcknowledged)
 	if n := e.down.effectCalls.Load(); n != 1 {
 		t.Fatalf("downstream called %d times", n)
 	}
+}
+
+// A message naming a certificate URL (on an allowed host) that serves no
+// certificate is answered as a bad signature: 401, which SNS does not retry.
+// Its replays cost no further fetch while the answer is remembered, and
+// nothing is recorded.
+func TestSNSCertificateURLWithoutCertificateIsRefused(t *testing.T) {
+	t.Parallel()
+	sns := authtest.NewSNS(t)
+	var fetches atomic.Int64
+	missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(missing.Close)
+	e := newEnv(t, false, snsRouteYAML("orders", "sns_signature", ""))
+	e.useAuth(handlers.BrokerAuth{SNS: snsVerifier(t, sns.Prefix(), missing.URL+"/")})
+	m := sns.Notification(ordersTopic, "n-1", `{"order":1}`)
+	m.SigningCertURL = missing.URL + "/SimpleNotificationService-random.pem"
+	sns.Sign(m, "2")
+	for range 20 {
+		r, _ := e.postSNS("orders", m, authtest.Body(m), nil)
+		wantStatus(t, r, http.StatusUnauthorized)
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("20 messages fetched the certificate URL %d times, want 1", n)
+	}
+	e.nothingRecorded("after messages with no certificate")
 }
 
 // Confirmations are made for listed topics only, always recorded; a

@@ -29,7 +29,7 @@ func TestSharedCommitKeepsEachChangeApart(t *testing.T) {
 	}
 	confirm := func(op *gate.Operation, fence int64, s []gate.Step) *gate.Change {
 		w := gate.Settling(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, fence, fin(),
-			&gate.Answer{Owner: "owner-a", Decision: gate.Ack, Reason: "confirmed"}, 0)
+			&gate.Answer{Owner: "owner-a", Decision: gate.Ack, Reason: "confirmed"}, gate.LeaseFacts{})
 		return gate.ConfirmChange(w, s, "r-"+op.Key, "confirmed", at)
 	}
 	toAckPending := steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending)

@@ -147,7 +147,7 @@ func claiming(id string, from gate.State, fence int64, owner string, deadline ti
 
 // settling is the holder of fence recording how attempt fin ended.
 func settling(id string, from gate.State, fence int64, fin *gate.Attempt, extensions int) gate.Writer {
-	return gate.Settling(&gate.Operation{ID: id, State: from}, fence, fin, nil, extensions)
+	return gate.Settling(&gate.Operation{ID: id, State: from}, fence, fin, nil, gate.LeaseFacts{Extensions: extensions, Deadline: t0.Add(time.Hour)})
 }
 
 func createPending(t *testing.T, l *storage.Ledger, op *gate.Operation) {

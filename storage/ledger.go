@@ -41,7 +41,7 @@ func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
 const operationColumns = `o.id, o.scope_key, o.tenant, o.route, o.key_source, o.key, o.fingerprint,
 	o.fingerprint_version, coalesce(o.conflict_of, ''), o.state, o.shape, o.dead_letter_policy,
 	o.contract_version, o.idempotency_key, o.fence, o.owner, o.lease_start, o.lease_deadline,
-	o.lease_extensions, o.delivery_count, o.attempt_count, o.first_attempt_at, o.result_id,
+	o.lease_extensions, o.lease_lost_at, o.delivery_count, o.attempt_count, o.first_attempt_at, o.result_id,
 	o.evidence_at, o.acked_at, o.reason, o.lane, o.trace_id, o.span_id, o.created_at, o.updated_at,
 	o.retain_until`
 
@@ -49,7 +49,7 @@ func operationFields(o *gate.Operation) []any {
 	return []any{&o.ID, &o.ScopeKey, &o.Tenant, &o.Route, &o.KeySource, &o.Key, &o.Fingerprint,
 		&o.FingerprintVersion, &o.ConflictOf, &o.State, &o.Shape, &o.DeadLetterPolicy,
 		&o.ContractVersion, &o.IdempotencyKey, &o.Fence, &o.Owner, &o.LeaseStart, &o.LeaseDeadline,
-		&o.LeaseExtensions, &o.DeliveryCount, &o.AttemptCount, &o.FirstAttemptAt, &o.ResultID,
+		&o.LeaseExtensions, &o.LeaseLostAt, &o.DeliveryCount, &o.AttemptCount, &o.FirstAttemptAt, &o.ResultID,
 		&o.EvidenceAt, &o.AckedAt, &o.Reason, &o.Lane, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt,
 		&o.RetainUntil}
 }

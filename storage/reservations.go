@@ -36,21 +36,24 @@ func fenceKey(key string) string { return "ackgate:{" + key + "}:fence" }
 // holder is this very reservation, not just the same owner name.
 func leaseValue(l gate.Lease) string { return l.Owner + ":" + strconv.FormatInt(l.Fence, 10) }
 
-// acquireScript returns the new fence, or 0 when another owner holds the lease.
-// The counter is first raised to the floor and then incremented, which keeps
-// every arithmetic step on Redis integers (Lua numbers are doubles).
+// acquireScript returns {new fence, 1 if the counter was below the floor}, or
+// {0, 0} when another owner holds the lease. The counter is first raised to
+// the floor and then incremented, which keeps every arithmetic step on Redis
+// integers (Lua numbers are doubles).
 var acquireScript = redis.NewScript(`
 local held = redis.call('GET', KEYS[1])
 if held and string.match(held, '^(.*):%d+$') ~= ARGV[1] then
-	return 0
+	return {0, 0}
 end
+local reset = 0
 local current = tonumber(redis.call('GET', KEYS[2]) or '0')
 if current < tonumber(ARGV[3]) then
 	redis.call('SET', KEYS[2], ARGV[3])
+	reset = 1
 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-return fence
+return {fence, reset}
 `)
 
 var renewScript = redis.NewScript(`
@@ -74,15 +77,18 @@ func (r *Reservations) Acquire(ctx context.Context, key, owner string, ttl time.
 		return gate.Lease{}, err
 	}
 	start := time.Now()
-	fence, err := acquireScript.Run(ctx, r.c, []string{leaseKey(key), fenceKey(key)},
-		owner, ttl.Milliseconds(), floor).Int64()
+	res, err := acquireScript.Run(ctx, r.c, []string{leaseKey(key), fenceKey(key)},
+		owner, ttl.Milliseconds(), floor).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("acquire script answered %v", res)
+	}
 	if err != nil {
 		return gate.Lease{}, fmt.Errorf("storage: acquire %s: %w", key, err)
 	}
-	if fence == 0 {
+	if res[0] == 0 {
 		return gate.Lease{}, fmt.Errorf("storage: acquire %s: %w", key, gate.ErrHeld)
 	}
-	return gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: start.Add(ttl)}, nil
+	return gate.Lease{Key: key, Owner: owner, Fence: res[0], Expires: start.Add(ttl), Reset: res[1] == 1}, nil
 }
 
 // Renew extends l by ttl from now, if l is still the lease held.

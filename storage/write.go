@@ -238,6 +238,8 @@ type wireSettle struct {
 	Finish          *wireFinish `json:"finish,omitempty"`
 	Answer          *wireAnswer `json:"answer,omitempty"`
 	LeaseExtensions int         `json:"lease_extensions"`
+	LeaseDeadline   wireTime    `json:"lease_deadline"`
+	LeaseLostAt     *wireTime   `json:"lease_lost_at,omitempty"`
 }
 
 type wireDelivery struct {
@@ -327,7 +329,11 @@ func encode(c *gate.Change) ([]byte, error) {
 		}
 	}
 	if s := c.Settle; s != nil {
-		w.Settle = &wireSettle{LeaseExtensions: s.LeaseExtensions}
+		w.Settle = &wireSettle{LeaseExtensions: s.Lease.Extensions, LeaseDeadline: wireTime(s.Lease.Deadline)}
+		if s.Lease.LostAt != nil {
+			lost := wireTime(*s.Lease.LostAt)
+			w.Settle.LeaseLostAt = &lost
+		}
 		if a := s.Answer; a != nil {
 			w.Settle.Answer = &wireAnswer{Owner: a.Owner, Decision: string(a.Decision), Reason: a.Reason}
 		}

@@ -21,6 +21,7 @@ type Metrics struct {
 	malformed   metric.Int64Counter
 	transitions metric.Int64Counter
 	contended   metric.Int64Counter
+	adminAuth   metric.Int64Counter
 	downstream  metric.Float64Histogram
 	gate        metric.Float64Histogram
 	meter       metric.Meter
@@ -60,6 +61,11 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	mk(func() (e error) {
 		m.contended, e = m.meter.Int64Counter("ackgate.reservation.contended",
 			metric.WithDescription("Deliveries turned away because another owner held the operation's lease."))
+		return
+	})
+	mk(func() (e error) {
+		m.adminAuth, e = m.meter.Int64Counter("ackgate.admin.auth_failures",
+			metric.WithDescription("Admin listener requests refused for their credential, by endpoint (api, metrics) and reason (missing, not_bearer, wrong_token)."))
 		return
 	})
 	mk(func() (e error) {
@@ -120,6 +126,12 @@ func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptK
 func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
 	m.responses.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
 		attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+}
+
+// AdminAuthFailed counts an admin request refused for its credential.
+// endpoint and reason come from small fixed sets, never from the request.
+func (m *Metrics) AdminAuthFailed(ctx context.Context, endpoint, reason string) {
+	m.adminAuth.Add(ctx, 1, metric.WithAttributes(attribute.String("endpoint", endpoint), attribute.String("reason", reason)))
 }
 
 // Lane is how many operations of a route are open in one state.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/internal/authtest"
@@ -38,6 +39,7 @@ func writeAuthRoutes(t *testing.T, downURL string) string {
     shape: unsafe
     effect:
       url: %s/effects
+      evidence: status_only
   - name: sns-orders
     broker: sns
     auth: sns_signature
@@ -45,6 +47,7 @@ func writeAuthRoutes(t *testing.T, downURL string) string {
     shape: unsafe
     effect:
       url: %s/effects
+      evidence: status_only
 `, cmdAudience, cmdAccount, downURL, cmdTopic, downURL)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,6 +66,7 @@ func TestServeAuthenticatesBrokers(t *testing.T) {
 	env["GATEWAY_OIDC_JWKS_URL"] = iss.JWKSURL()
 	env["GATEWAY_SNS_TRUSTED_URL_PREFIXES"] = sns.Prefix()
 	env["ORDERS_PUSH_TOKEN"] = "legacy-token-0123"
+	env["GATEWAY_SNS_CONFIRMATION_MAX_AGE"] = "10m"
 	ctx := context.Background()
 	if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
 		t.Fatalf("migrate: %v", err)
@@ -114,6 +118,13 @@ func TestServeAuthenticatesBrokers(t *testing.T) {
 	c := sns.Sign(sns.Confirmation(brokerauth.SNSSubscriptionConfirmation, cmdTopic, "c-1"), "1")
 	if code := postSNS(c); code != http.StatusNoContent || len(sns.Confirms()) != 1 {
 		t.Fatalf("confirmation: %d, confirmed %v", code, sns.Confirms())
+	}
+	// Twenty minutes old: fresh by the default bound of an hour, too old by
+	// the configured ten minutes.
+	stale := sns.Confirmation(brokerauth.SNSSubscriptionConfirmation, cmdTopic, "c-2")
+	stale.Timestamp = time.Now().Add(-20 * time.Minute).UTC().Format("2006-01-02T15:04:05.000Z")
+	if code := postSNS(sns.Sign(stale, "2")); code != http.StatusForbidden || len(sns.Confirms()) != 1 {
+		t.Fatalf("stale confirmation: %d, confirmed %v", code, sns.Confirms())
 	}
 	n := sns.Sign(sns.Notification(cmdTopic, "n-1", "hello"), "2")
 	if code := postSNS(n); code != http.StatusNoContent {

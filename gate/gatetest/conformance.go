@@ -106,7 +106,8 @@ func claim(op *gate.Operation, from gate.State, owner string, fence int64, at ti
 }
 
 func settle(op *gate.Operation, from gate.State, fence int64, fin *gate.Attempt, owner string, d gate.Decision) gate.Writer {
-	return gate.Settling(&gate.Operation{ID: op.ID, State: from}, fence, fin, &gate.Answer{Owner: owner, Decision: d, Reason: "settled"}, 1)
+	return gate.Settling(&gate.Operation{ID: op.ID, State: from}, fence, fin, &gate.Answer{Owner: owner, Decision: d, Reason: "settled"},
+		gate.LeaseFacts{Extensions: 1, Deadline: t0.Add(time.Hour)})
 }
 
 type ledgerCase struct {
@@ -234,6 +235,7 @@ var ledgerCases = []ledgerCase{
 			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "busy"}, "owner-a", gate.Nack), "busy", t1)))
 		got := find(t, h.Ledger, op)
 		if got.State != gate.StatePendingEffect || got.Reason != "busy" || got.LeaseExtensions != 1 ||
+			got.LeaseDeadline == nil || !got.LeaseDeadline.Equal(t0.Add(time.Hour)) || got.LeaseLostAt != nil ||
 			got.LastAttempt.Outcome != gate.OutcomeRetryable || got.LastAttempt.StatusCode != 503 || !got.LastAttempt.FinishedAt.Equal(t1) {
 			t.Fatalf("after the retryable attempt: %+v / %+v", got, got.LastAttempt)
 		}
@@ -260,6 +262,27 @@ var ledgerCases = []ledgerCase{
 		err := h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4))
 		if !errors.Is(err, gate.ErrStateChanged) {
 			t.Fatalf("second ack mark: %v, want ErrStateChanged", err)
+		}
+	}},
+	{"a settlement records what became of the lease", func(t *testing.T, h LedgerHarness) {
+		op := newOp("lease")
+		start(t, h.Ledger, op)
+		lost, deadline := t0.Add(3*time.Second), t0.Add(5*time.Second)
+		w := gate.Settling(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown},
+			nil, gate.LeaseFacts{Extensions: 4, Deadline: deadline, LostAt: &lost})
+		must(t, h.Ledger.Write(context.Background(), gate.RetryLaterChange(w, "lost", t0.Add(6*time.Second))))
+		got := find(t, h.Ledger, op)
+		if got.LeaseExtensions != 4 || got.LeaseDeadline == nil || !got.LeaseDeadline.Equal(deadline) ||
+			got.LeaseLostAt == nil || !got.LeaseLostAt.Equal(lost) {
+			t.Fatalf("lease facts: %d extensions, deadline %v, lost at %v", got.LeaseExtensions, got.LeaseDeadline, got.LeaseLostAt)
+		}
+		// A new claim starts a new lease with nothing lost yet.
+		at := t0.Add(time.Minute)
+		must(t, h.Ledger.Write(context.Background(), gate.StartChange(claim(op, gate.StatePendingEffect, "b", 2, at),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: at}, "retry", at)))
+		if got := find(t, h.Ledger, op); got.LeaseLostAt != nil || got.LeaseExtensions != 0 {
+			t.Fatalf("after a new claim: lost at %v, %d extensions", got.LeaseLostAt, got.LeaseExtensions)
 		}
 	}},
 	{"finishing an attempt twice or one never started is refused", func(t *testing.T, h LedgerHarness) {
@@ -363,15 +386,15 @@ var reservationCases = []reservationCase{
 	{"one holder at a time; fences only go up", func(t *testing.T, h ReservationsHarness) {
 		ctx, r := context.Background(), h.Reservations
 		a, err := r.Acquire(ctx, "op_a", "owner-a", time.Minute, 0)
-		if err != nil || a.Fence < 1 || a.Owner != "owner-a" || a.Key != "op_a" {
+		if err != nil || a.Fence < 1 || a.Owner != "owner-a" || a.Key != "op_a" || a.Reset {
 			t.Fatalf("first acquire: %+v, %v", a, err)
 		}
 		if _, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
 			t.Fatalf("second owner: %v, want ErrHeld", err)
 		}
 		must(t, r.Release(ctx, a))
-		b, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, 0)
-		if err != nil || b.Fence <= a.Fence {
+		b, err := r.Acquire(ctx, "op_a", "owner-b", time.Minute, a.Fence)
+		if err != nil || b.Fence <= a.Fence || b.Reset {
 			t.Fatalf("after release: %+v, %v (first fence %d)", b, err, a.Fence)
 		}
 		// Releasing a lease one no longer holds does nothing.
@@ -382,7 +405,7 @@ var reservationCases = []reservationCase{
 	}},
 	{"the floor raises the fence", func(t *testing.T, h ReservationsHarness) {
 		l, err := h.Reservations.Acquire(context.Background(), "op_floor", "owner-a", time.Minute, 41)
-		if err != nil || l.Fence != 42 {
+		if err != nil || l.Fence != 42 || !l.Reset {
 			t.Fatalf("acquire over floor 41: %+v, %v", l, err)
 		}
 	}},
@@ -414,7 +437,7 @@ var reservationCases = []reservationCase{
 			t.Fatalf("renew after data loss: %v, want ErrLeaseLost", err)
 		}
 		b, err := r.Acquire(ctx, "op_lost", "owner-b", time.Minute, a.Fence)
-		if err != nil || b.Fence <= a.Fence {
+		if err != nil || b.Fence <= a.Fence || !b.Reset {
 			t.Fatalf("acquire after data loss with floor %d: %+v, %v", a.Fence, b, err)
 		}
 	}},

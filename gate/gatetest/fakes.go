@@ -126,7 +126,7 @@ func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
 	}
 	row.State, row.ConflictOf = "", ""
 	row.DeliveryCount, row.AttemptCount, row.FirstAttemptAt = 0, 0, nil
-	row.ResultID, row.EvidenceAt, row.AckedAt, row.Lane = "", nil, nil, ""
+	row.ResultID, row.EvidenceAt, row.AckedAt, row.Lane, row.LeaseLostAt = "", nil, nil, "", nil
 	if row.CreatedAt.IsZero() {
 		row.CreatedAt = c.At
 	}
@@ -168,7 +168,7 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 	case c.Claim != nil:
 		op.Fence, op.Owner, op.TraceID = c.Fence, c.Claim.Owner, c.Claim.TraceID
 		start, deadline := c.At, c.Claim.LeaseDeadline
-		op.LeaseStart, op.LeaseDeadline, op.LeaseExtensions = &start, &deadline, 0
+		op.LeaseStart, op.LeaseDeadline, op.LeaseExtensions, op.LeaseLostAt = &start, &deadline, 0, nil
 		if d := c.Claim.Delivery; d != nil {
 			dd := *d
 			dd.OperationID = op.ID
@@ -176,7 +176,8 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 			op.DeliveryCount++
 		}
 	case c.Settle != nil:
-		op.LeaseExtensions = c.Settle.LeaseExtensions
+		deadline := c.Settle.Lease.Deadline
+		op.LeaseExtensions, op.LeaseDeadline, op.LeaseLostAt = c.Settle.Lease.Extensions, &deadline, c.Settle.Lease.LostAt
 		if a := c.Settle.Answer; a != nil && a.Owner != "" {
 			answer(s, a)
 		}

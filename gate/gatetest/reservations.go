@@ -46,6 +46,8 @@ type Reservations struct {
 	Calls int
 	// Fail, when set, is returned by every call: the store is down.
 	Fail error
+	// lost counts renewals refused because the lease was gone.
+	lost int
 }
 
 var _ gate.Reservations = (*Reservations)(nil)
@@ -78,9 +80,10 @@ func (r *Reservations) Acquire(_ context.Context, key, owner string, ttl time.Du
 	if held, ok := r.leases[key]; ok && now.Before(held.Expires) && held.Owner != owner {
 		return gate.Lease{}, gate.ErrHeld
 	}
+	reset := r.fences[key] < floor
 	fence := max(r.fences[key], floor) + 1
 	r.fences[key] = fence
-	l := gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: now.Add(ttl)}
+	l := gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: now.Add(ttl), Reset: reset}
 	r.leases[key] = l
 	return l, nil
 }
@@ -99,6 +102,7 @@ func (r *Reservations) Renew(_ context.Context, l gate.Lease, ttl time.Duration)
 	now := r.now()
 	held, ok := r.leases[l.Key]
 	if !ok || !now.Before(held.Expires) || held.Owner != l.Owner || held.Fence != l.Fence {
+		r.lost++
 		return gate.Lease{}, gate.ErrLeaseLost
 	}
 	l.Expires = now.Add(ttl)
@@ -138,4 +142,11 @@ func check(key, owner string, ttl time.Duration) error {
 		return errors.New("gatetest: reservation ttl is under a millisecond")
 	}
 	return nil
+}
+
+// LostRenewals is how many renewals found their lease gone.
+func (r *Reservations) LostRenewals() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
 }

@@ -31,5 +31,7 @@ func brokerAuth(s config.Settings, routes []*gate.Route, getenv func(string) str
 		OIDC:        brokerauth.NewOIDCVerifier(brokerauth.OIDCOptions{DefaultJWKSURL: s.OIDCJWKSURL}),
 		SNS:         sns,
 		Credentials: creds,
+
+		ConfirmationMaxAge: s.SNSConfirmationMaxAge,
 	}, nil
 }

@@ -164,7 +164,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	g.Admin = handlers.NewAdmin(handlers.AdminOptions{
 		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
-		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, Poison: g.Poison,
+		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
 	})
 	return g, nil
 }

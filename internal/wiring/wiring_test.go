@@ -24,6 +24,7 @@ const routesYAML = `routes:
     shape: unsafe
     effect:
       url: http://127.0.0.1:1/effects
+      evidence: status_only
   - name: guarded
     broker: pubsub
     auth: none
@@ -31,6 +32,7 @@ const routesYAML = `routes:
     shape: unsafe
     effect:
       url: http://127.0.0.1:1/effects
+      evidence: status_only
 `
 
 func options(t *testing.T, vars map[string]string) wiring.Options {

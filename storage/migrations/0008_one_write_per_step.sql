@@ -16,6 +16,10 @@
 
 -- +goose Up
 
+-- Lease loss is a fact of its own, apart from the effect's state: when the
+-- owner found its lease gone while its call ran.
+ALTER TABLE operations ADD COLUMN lease_lost_at timestamptz;
+
 -- A log entry must be an allowed edge and continue from where the log ended.
 -- It no longer has to arrive where the row is: the row follows the log in the
 -- same change, and ackgate_operations_logged checks that it did.
@@ -170,7 +174,11 @@ BEGIN
             owner = CASE WHEN v_claim IS NOT NULL THEN v_claim->>'owner' ELSE owner END,
             lease_start = CASE WHEN v_claim IS NOT NULL THEN v_at ELSE lease_start END,
             lease_deadline = CASE WHEN v_claim IS NOT NULL THEN (v_claim->>'lease_deadline')::timestamptz
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_deadline')::timestamptz
                 ELSE lease_deadline END,
+            lease_lost_at = CASE WHEN v_claim IS NOT NULL THEN NULL
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_lost_at')::timestamptz
+                ELSE lease_lost_at END,
             lease_extensions = CASE WHEN v_claim IS NOT NULL THEN 0
                 WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_extensions')::integer
                 ELSE lease_extensions END,
@@ -234,6 +242,7 @@ $$;
 
 -- +goose Down
 DROP FUNCTION ackgate_write(jsonb);
+ALTER TABLE operations DROP COLUMN lease_lost_at;
 DROP INDEX operations_open_by_state;
 CREATE INDEX operations_state_created ON operations (state, created_at, id);
 -- +goose StatementBegin

@@ -87,7 +87,11 @@ BEGIN
             owner = CASE WHEN v_claim IS NOT NULL THEN v_claim->>'owner' ELSE owner END,
             lease_start = CASE WHEN v_claim IS NOT NULL THEN v_at ELSE lease_start END,
             lease_deadline = CASE WHEN v_claim IS NOT NULL THEN (v_claim->>'lease_deadline')::timestamptz
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_deadline')::timestamptz
                 ELSE lease_deadline END,
+            lease_lost_at = CASE WHEN v_claim IS NOT NULL THEN NULL
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_lost_at')::timestamptz
+                ELSE lease_lost_at END,
             lease_extensions = CASE WHEN v_claim IS NOT NULL THEN 0
                 WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_extensions')::integer
                 ELSE lease_extensions END,
@@ -228,7 +232,11 @@ BEGIN
             owner = CASE WHEN v_claim IS NOT NULL THEN v_claim->>'owner' ELSE owner END,
             lease_start = CASE WHEN v_claim IS NOT NULL THEN v_at ELSE lease_start END,
             lease_deadline = CASE WHEN v_claim IS NOT NULL THEN (v_claim->>'lease_deadline')::timestamptz
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_deadline')::timestamptz
                 ELSE lease_deadline END,
+            lease_lost_at = CASE WHEN v_claim IS NOT NULL THEN NULL
+                WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_lost_at')::timestamptz
+                ELSE lease_lost_at END,
             lease_extensions = CASE WHEN v_claim IS NOT NULL THEN 0
                 WHEN v_settle IS NOT NULL THEN (v_settle->>'lease_extensions')::integer
                 ELSE lease_extensions END,

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// One short real run: a gateway built and started from this repository,
+// Postgres, a private redis-server, every phase, a share of redeliveries and
+// SNS. It checks that each system's figures are there and make sense (every
+// message acked, the op's two commits, the gateway's ledger and Redis calls,
+// one downstream call per unique message), never how fast anything was.
+func TestShortRealRun(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseFlags([]string{
+		"-n", "200", "-c", "4", "-n1", "20", "-mem-n", "100", "-mem-c", "50", "-mem-delay", "20ms",
+		"-warmup", "10", "-redeliver", "0.1", "-sns", "0.1", "-idle", "500ms", "-quiet",
+	}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := execute(ctx, cfg, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	t.Logf("report:\n%s", out.String())
+
+	check := func(phase, system string, n int) systemResult {
+		t.Helper()
+		p, ok := rep.phase(phase)
+		if !ok {
+			t.Fatalf("no %s phase", phase)
+		}
+		s, ok := p.get(system)
+		if !ok {
+			t.Fatalf("%s phase has no %s", phase, system)
+		}
+		if s.run.acked != n || s.run.failed() != 0 || len(s.run.fresh) != n || s.lat.count() != n {
+			t.Errorf("%s %s: %d of %d acked, failures %v", phase, system, s.run.acked, n, s.run.failures)
+		}
+		if s.msgsPerSec() <= 0 || s.lat.percentile(50) <= 0 || s.lat.percentile(99) < s.lat.percentile(50) {
+			t.Errorf("%s %s: %.1f msgs/s, p50 %s, p99 %s", phase, system, s.msgsPerSec(), s.lat.percentile(50), s.lat.percentile(99))
+		}
+		if !s.pgKnown || s.cpu.machineTotal <= 0 {
+			t.Errorf("%s %s: Postgres counters known %v, CPU ticks %d", phase, system, s.pgKnown, s.cpu.machineTotal)
+		}
+		return s
+	}
+	redelivered := func(n int) int { return int(float64(n) * 0.1) }
+
+	for phase, n := range map[string]int{"main": 200, "c1": 20} {
+		op := check(phase, sysOp, n)
+		// Two commits per operation, plus what opening the pool's
+		// connections costs.
+		if x := perMessage(float64(op.pg.xacts), n); x < 2 || x > 3 {
+			t.Errorf("%s op: %.2f transactions per message, want 2 and a little", phase, x)
+		}
+		if w := op.tables["loadgen_op"]; w.ins != int64(n) || w.upd != int64(n) {
+			t.Errorf("%s op: rows written %v, want %d inserted and updated", phase, op.tables, n)
+		}
+		if op.pg.walBytes <= 0 || op.downstreamCalls != 0 || op.redis.total() != 0 || len(op.run.again) != 0 {
+			t.Errorf("%s op: WAL %d, downstream %d, redis %d, redeliveries %d", phase, op.pg.walBytes, op.downstreamCalls, op.redis.total(), len(op.run.again))
+		}
+
+		fw := check(phase, sysForwarder, n)
+		// No ledger: nothing in the run's database but perhaps autovacuum
+		// after the phase before. Redeliveries are forwarded again, since
+		// it keeps no record of the first.
+		if perMessage(float64(fw.pg.xacts), n) > 0.5 || fw.redis.total() != 0 || len(fw.tables) != 0 {
+			t.Errorf("%s forwarder: %d transactions, %d Redis commands, rows %v; it has no ledger", phase, fw.pg.xacts, fw.redis.total(), fw.tables)
+		}
+		if len(fw.run.again) != redelivered(n) || fw.run.againAcked != redelivered(n) || fw.downstreamCalls != int64(n+redelivered(n)) {
+			t.Errorf("%s forwarder: %d redeliveries (%d acked), %d downstream calls", phase, len(fw.run.again), fw.run.againAcked, fw.downstreamCalls)
+		}
+
+		ag := check(phase, sysAckgate, n)
+		// The ledger's reads and commits, and the reservation, for every
+		// message; a redelivery of confirmed work never reaches the
+		// downstream.
+		// At least one row per message, whatever the ledger's tables are.
+		var inserted int64
+		for _, w := range ag.tables {
+			inserted += w.ins
+		}
+		if inserted < int64(n) {
+			t.Errorf("%s ackgate: %d rows inserted for %d messages: %v", phase, inserted, n, ag.tables)
+		}
+		if x := perMessage(float64(ag.pg.xacts), n); x < 2 {
+			t.Errorf("%s ackgate: %.2f transactions per message", phase, x)
+		}
+		if ag.redis.total() < int64(n) || ag.pg.walBytes <= 0 || ag.peakRSS <= 0 || ag.cpu.gateway <= 0 && phase == "main" {
+			t.Errorf("%s ackgate: %d Redis commands, WAL %d, peak RSS %d, gateway CPU %d", phase, ag.redis.total(), ag.pg.walBytes, ag.peakRSS, ag.cpu.gateway)
+		}
+		if len(ag.run.again) != redelivered(n) || ag.run.againAcked != redelivered(n) || ag.downstreamCalls != int64(n) {
+			t.Errorf("%s ackgate: %d redeliveries (%d acked), %d downstream calls, want %d", phase, len(ag.run.again), ag.run.againAcked, ag.downstreamCalls, n)
+		}
+	}
+
+	mem := check("mem", sysAckgate, 100)
+	if mem.peakRSS <= 0 || mem.downstreamCalls != 100 {
+		t.Errorf("mem: peak RSS %d, downstream calls %d", mem.peakRSS, mem.downstreamCalls)
+	}
+	if p, _ := rep.phase("mem"); len(p.systems) != 1 {
+		t.Errorf("the memory phase runs the gateway alone, got %d systems", len(p.systems))
+	}
+
+	text := out.String()
+	for _, want := range []string{"== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
+		"== memory with many in flight: 100 messages per system, 50 in flight", "== against the goals ==",
+		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message", "gateway peak RSS"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, g := range rep.goals() {
+		if g.missing || g.verdict() == "not measured" {
+			t.Errorf("goal %q not measured: %+v", g.name, g)
+		}
+	}
+}
