@@ -156,6 +156,7 @@ nothing; fails the release with a message naming the value.
 {{- end }}
 {{- $_ := include "ackgate.sentinelPasswordRef" . }}
 {{- $_ := include "ackgate.metricsTokenRef" . }}
+{{- $_ := include "ackgate.keyHashSecretRef" . }}
 {{- if and $v.metricsToken.value (eq $v.metricsToken.value $v.adminToken.value) }}
 {{- fail "metricsToken: must differ from adminToken: it is meant for a scraper that may not read evidence" }}
 {{- end }}
@@ -171,16 +172,9 @@ nothing; fails the release with a message naming the value.
 {{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- fail "autoscaling: minReplicas is larger than maxReplicas" }}
 {{- end }}
-{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" }}
+{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" }}
 {{- range $v.extraEnv }}
 {{- if has .name $managed }}
-{{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
-{{- end }}
-{{- end }}
-{{- $_ := include "ackgate.keyHashSecretRef" . }}
-{{- $managedToo := list "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" }}
-{{- range $v.extraEnv }}
-{{- if has .name $managedToo }}
 {{- fail (printf "extraEnv: %s is set by the chart from its own values; use those instead" .name) }}
 {{- end }}
 {{- end }}
