@@ -23,7 +23,7 @@ import (
 const DefaultPoisonPerRoute = 10000
 
 // PoisonLog is the Postgres table of messages that could never be processed
-// (migrations/0010_poison_messages.sql).
+// (migrations/0009_poison_messages.sql).
 type PoisonLog struct {
 	pool     *pgxpool.Pool
 	perRoute int

@@ -20,6 +20,12 @@
 -- owner found its lease gone while its call ran.
 ALTER TABLE operations ADD COLUMN lease_lost_at timestamptz;
 
+-- The broker's publish time beside the time the gateway received the
+-- delivery, so the record shows how old a message was when it arrived and
+-- what the retention and clock-skew checks judged; NULL when the broker sent
+-- none.
+ALTER TABLE deliveries ADD COLUMN publish_time timestamptz;
+
 -- A log entry must be an allowed edge and continue from where the log ended.
 -- It no longer has to arrive where the row is: the row follows the log in the
 -- same change, and ackgate_operations_logged checks that it did.
@@ -196,10 +202,11 @@ BEGIN
     END IF;
 
     IF v_d IS NOT NULL THEN
-        INSERT INTO deliveries (operation_id, broker, source, message_id, broker_attempt, received_at,
-            decision, reason, anomaly, trace_id, owner)
+        INSERT INTO deliveries (operation_id, broker, source, message_id, broker_attempt, publish_time,
+            received_at, decision, reason, anomaly, trace_id, owner)
         VALUES (v_id, v_d->>'broker', v_d->>'source', v_d->>'message_id',
-            (v_d->>'broker_attempt')::integer, (v_d->>'received_at')::timestamptz, v_d->>'decision',
+            (v_d->>'broker_attempt')::integer, (v_d->>'publish_time')::timestamptz,
+            (v_d->>'received_at')::timestamptz, v_d->>'decision',
             v_d->>'reason', v_d->>'anomaly', v_d->>'trace_id', v_d->>'owner');
     END IF;
     IF v_ans IS NOT NULL AND v_ans->>'owner' <> '' THEN
@@ -242,6 +249,7 @@ $$;
 
 -- +goose Down
 DROP FUNCTION ackgate_write(jsonb);
+ALTER TABLE deliveries DROP COLUMN publish_time;
 ALTER TABLE operations DROP COLUMN lease_lost_at;
 DROP INDEX operations_open_by_state;
 CREATE INDEX operations_state_created ON operations (state, created_at, id);
