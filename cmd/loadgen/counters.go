@@ -183,17 +183,6 @@ func resetPeakRSS(pid int) error {
 // Linux architecture Go runs on.
 const clockTicks = 100
 
-// procCPUTicks is the user plus system CPU time of one process, in clock
-// ticks, from /proc/PID/stat.
-func procCPUTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	_, ticks, err := parseProcStat(string(b))
-	return ticks, err
-}
-
 // parseProcStat reads the command name and utime+stime from a /proc/PID/stat
 // line. The name is in parentheses and may itself hold spaces and
 // parentheses, so the fields are counted from the last ')'.

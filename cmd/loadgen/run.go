@@ -122,7 +122,7 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.onCleanup(func(context.Context) error { b.obs.Close(); return nil })
 	if err := b.obs.Ping(ctx); err != nil {
-		return fmt.Errorf("Postgres at -postgres-url is unreachable: %w (start it with scripts/services.sh)", err)
+		return fmt.Errorf("postgres at -postgres-url is unreachable: %w (start it with scripts/services.sh)", err)
 	}
 
 	b.dbName = "ackgate_loadgen_" + b.runID[2:]

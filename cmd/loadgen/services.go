@@ -44,7 +44,7 @@ func createDatabase(ctx context.Context, base, name string) (string, func(contex
 	}
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		return "", nil, fmt.Errorf("Postgres at %s: %w (start it with scripts/services.sh)", u.Redacted(), err)
+		return "", nil, fmt.Errorf("postgres at %s: %w (start it with scripts/services.sh)", u.Redacted(), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// The name is ours, a prefix and hex, so quoting it is enough.
