@@ -10,8 +10,9 @@ import (
 
 // The cost of a delivery through the whole gateway (HTTP in, Postgres ledger,
 // Redis reservation, an HTTP downstream on loopback, HTTP out), fully
-// instrumented as in production. Run with `make bench`; figures are in the
-// README. These are measurements, never assertions.
+// instrumented as in production. Run with `make bench-go`; figures (with
+// allocations per delivery) are in docs/performance.md. These are
+// measurements, never assertions.
 
 func BenchmarkPushNewOperation(b *testing.B) {
 	e := newEnv(b, true, routeYAML("orders", "idempotent", "broker", ""))
