@@ -159,7 +159,10 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 	next.TraceID = cmp.Or(o.d.rec.TraceID, next.TraceID)
 	w := Claiming(o.op, &next, o.lease, &rec, next.TraceID)
 	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
-	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions = &now, &o.lease.Expires, 0
+	// A copy: the renewer replaces o.lease while the call runs, and the row
+	// as written must keep the deadline this claim recorded.
+	deadline := o.lease.Expires
+	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions = &now, &deadline, 0
 	next.DeliveryCount++
 	return &next, w
 }
