@@ -235,12 +235,12 @@ func AfterAttempt(ev Evidence, res EffectResult) Plan {
 	// the arrival table says what it allows. Only a fresh delivery may start
 	// another attempt, so "attempt" here means "let the broker redeliver".
 	after := *ev.Op
-	after.LastAttempt = &Attempt{N: after.AttemptCount, Outcome: res.Outcome, Reason: res.Reason}
+	last := Attempt{N: after.AttemptCount}
 	if ev.Op.LastAttempt != nil {
-		a := *ev.Op.LastAttempt
-		a.Outcome, a.Reason = res.Outcome, res.Reason
-		after.LastAttempt = &a
+		last = *ev.Op.LastAttempt
 	}
+	last.Outcome, last.Reason = res.Outcome, res.Reason
+	after.LastAttempt = &last
 	ev.Op = &after
 	p := Decide(ev)
 	switch p.Action {
