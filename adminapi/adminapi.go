@@ -24,6 +24,8 @@ type Record struct {
 	Events     []Event         `json:"events"`
 	// DeadLetters has at most one entry: a message leaves circulation once.
 	DeadLetters []gate.DeadLetter `json:"dead_letters"`
+	// Interventions are operators' resolutions, oldest first.
+	Interventions []gate.Intervention `json:"manual_interventions"`
 }
 
 // Event is one entry of an operation's transition log.

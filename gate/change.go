@@ -27,6 +27,12 @@ const (
 	ChangeRetryLater ChangeKind = "retry_later"
 	// ChangeAcked records that the acknowledging response was written.
 	ChangeAcked ChangeKind = "acked"
+	// ChangeResolve records an operator's resolution: the intervention, the
+	// path it takes, and what it grants or confirms.
+	ChangeResolve ChangeKind = "resolve"
+	// ChangeReconcile records one lookup the reconciler made about an
+	// indeterminate operation, and what its answer settled.
+	ChangeReconcile ChangeKind = "reconcile"
 )
 
 // Change is one atomic ledger write, built only by the constructors below.
@@ -55,8 +61,33 @@ type Change struct {
 	ResultID string
 	// Lane is who settles a ChangeIndeterminate.
 	Lane string
-	// DeadLetter is set on a ChangeTerminal when the gateway dead-letters.
+	// DeadLetter is set on a ChangeTerminal (or an abandoning
+	// ChangeResolve) when the gateway dead-letters.
 	DeadLetter *DeadLetter
+
+	// Intervene is set on ChangeResolve and ChangeReconcile: the writer took
+	// the lease outside any delivery.
+	Intervene *Intervene
+}
+
+// Intervene is a write from outside the push path: an operator's
+// resolution or the reconciler. It takes the operation's lease like a
+// delivery (its fence must be strictly greater than the recorded one, so a
+// running owner can no longer write), records no delivery, and leaves the
+// lease columns as the last delivery's owner left them.
+type Intervene struct {
+	Owner string
+	// Intervention is the operator's, on ChangeResolve.
+	Intervention *Intervention
+	// Lookup is the reconciler's finished lookup, on ChangeReconcile; its N
+	// is the next attempt number.
+	Lookup *Attempt
+	// Grant, when not zero, is the new Operation.Grant.
+	Grant int
+	// NextCheckAt and Checks are the reconciler's schedule after this
+	// change (nil and 0 once the operation leaves the lane).
+	NextCheckAt *time.Time
+	Checks      int
 }
 
 // Claim is the first write of a delivery that took the operation's lease:
@@ -99,6 +130,8 @@ type Writer struct {
 	fence  int64
 	claim  *Claim
 	settle *Settle
+	// owner is set by Intervening only.
+	owner string
 }
 
 // Claiming is a delivery taking the lease on op (nil: creating row) under
@@ -113,6 +146,12 @@ func Claiming(op, row *Operation, lease Lease, d *Delivery, traceID string) Writ
 		w.opID, w.expect = op.ID, op.State
 	}
 	return w
+}
+
+// Intervening is an operator's resolution or the reconciler taking op's
+// lease outside any delivery.
+func Intervening(op *Operation, lease Lease) Writer {
+	return Writer{opID: op.ID, expect: op.State, fence: lease.Fence, owner: lease.Owner}
 }
 
 // Settling is the holder of op's lease recording its attempt's end.
@@ -164,4 +203,24 @@ func RetryLaterChange(w Writer, reason string, at time.Time) *Change {
 // operation id (now in from) was written at at.
 func AckedChange(id string, from State, fence int64, steps []Step, at time.Time) *Change {
 	return &Change{Kind: ChangeAcked, OperationID: id, Expect: from, Fence: fence, Steps: steps, At: at}
+}
+
+// ResolveChange records iv along steps. grant (0 for none) allows the next
+// delivery one attempt; resultID is the evidence of a "happened"; dl is set
+// when an abandoned operation is dead-lettered by the gateway.
+func ResolveChange(w Writer, steps []Step, iv *Intervention, grant int, resultID string, dl *DeadLetter, reason string, at time.Time) *Change {
+	c := w.change(ChangeResolve, steps, reason, at)
+	c.Intervene = &Intervene{Owner: w.owner, Intervention: iv, Grant: grant}
+	c.ResultID, c.DeadLetter = resultID, dl
+	return c
+}
+
+// ReconcileChange records the reconciler's finished lookup and what it
+// settled: steps to effect_confirmed with resultID, steps back to
+// pending_effect with grant, or no steps and the next check.
+func ReconcileChange(w Writer, steps []Step, lookup *Attempt, resultID string, grant int, next *time.Time, checks int, reason string, at time.Time) *Change {
+	c := w.change(ChangeReconcile, steps, reason, at)
+	c.Intervene = &Intervene{Owner: w.owner, Lookup: lookup, Grant: grant, NextCheckAt: next, Checks: checks}
+	c.ResultID = resultID
+	return c
 }

@@ -101,6 +101,8 @@ type Plan struct {
 	Anomaly string
 	// HoldUntil is when an ActHoldLease may let go.
 	HoldUntil time.Time
+	// Grant is set by ActGrant: the write allows exactly one more attempt.
+	Grant bool
 }
 
 // Target is the state the plan leaves the operation in ("" when it writes no
@@ -125,6 +127,7 @@ func (p Plan) Target() State {
 //	acknowledged (a redelivery: an anomaly)    —                                   ack
 //	indeterminate                              —                                   nack
 //	terminal or conflicting                    —                                   dead-letter policy
+//	open, one attempt granted (operator, lookup) [reserved →] pending_effect       (after the call)
 //	open, no attempt yet                       [reserved →] pending_effect         (after the call)
 //	open, last attempt failed, documented      [reserved →] pending_effect, or → terminal_failure at the limit
 //	open, last attempt's result lost           by shape: see afterLostResponse
@@ -177,12 +180,17 @@ func Decide(ev Evidence) Plan {
 		return plan(ActHoldTerminal, AnswerFor(op.State, op.DeadLetterPolicy), "terminal: "+op.Reason)
 	}
 	// received, reserved or pending_effect: the effect question is open.
+	if op.Grant > op.AttemptCount {
+		// Evidence from outside the push path (recovery.go) says the effect
+		// did not happen: one attempt, whatever the last one's outcome.
+		return attempt(ev, "an attempt was granted: "+op.Reason)
+	}
 	last := op.LastAttempt
 	if last == nil {
 		return attempt(ev, "intent recorded, no attempt yet")
 	}
 	switch last.Outcome {
-	case OutcomeRetryable:
+	case OutcomeRetryable, OutcomeAbsent:
 		if op.AttemptCount >= r.MaxAttempts {
 			return exhaust(ev, fmt.Sprintf("attempt limit %d reached; last: %s", r.MaxAttempts, last.Reason))
 		}

@@ -323,10 +323,23 @@ func TestAnswerForSettledStates(t *testing.T) {
 
 func TestTransitionTable(t *testing.T) {
 	t.Parallel()
-	for _, from := range []State{StateConflicting, StateAcknowledged, StateTerminalFailure} {
+	for _, from := range []State{StateConflicting, StateAcknowledged} {
 		for _, to := range States {
 			if CanTransition(from, to) {
 				t.Errorf("%s is final but allows -> %s", from, to)
+			}
+		}
+	}
+	// Terminal and indeterminate work leaves only by an operator or a
+	// reconciling lookup (recovery.go), never back to reserved: no delivery
+	// may take it up as if nothing had happened.
+	for from, want := range map[State][]State{
+		StateTerminalFailure:     {StatePendingEffect, StateEffectConfirmed},
+		StateEffectIndeterminate: {StatePendingEffect, StateEffectConfirmed, StateTerminalFailure},
+	} {
+		for _, to := range States {
+			if CanTransition(from, to) != slices.Contains(want, to) {
+				t.Errorf("%s -> %s: allowed %v, want %v", from, to, CanTransition(from, to), slices.Contains(want, to))
 			}
 		}
 	}

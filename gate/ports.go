@@ -14,6 +14,11 @@ type Ledger interface {
 	// Find returns the operation (never a conflict record) for a scope key, or
 	// ErrNotFound. It is the only read on the hot path.
 	Find(ctx context.Context, scopeKey string) (*Operation, error)
+	// FindByID returns the operation or conflict record with id (with its
+	// newest effect attempt, as Find) and its latest manual intervention
+	// (nil when none), or ErrNotFound: what an operator's resolution and
+	// the reconciler decide on.
+	FindByID(ctx context.Context, id string) (*Operation, *Intervention, error)
 	// Write commits one named change (see change.go) atomically, or nothing.
 	// A claim that creates the operation fails with ErrExists when the scope
 	// key is taken (another owner got there first). Any other write requires
@@ -100,7 +105,19 @@ type Operation struct {
 	// LeaseLostAt is when the owner found its lease gone mid-call.
 	LeaseLostAt   *time.Time `json:"lease_lost_at,omitempty"`
 	DeliveryCount int        `json:"delivery_count"`
-	AttemptCount  int        `json:"attempt_count"`
+	// AttemptCount counts every recorded call, effects and lookups alike.
+	AttemptCount int `json:"attempt_count"`
+	// Grant is the attempt number up to which evidence from outside the push
+	// path (an operator's resolution or replay, a lookup that found the
+	// effect absent) allowed another attempt: while AttemptCount < Grant the
+	// next delivery makes one, whatever the last attempt's outcome. Zero
+	// when nothing was granted.
+	Grant int `json:"grant,omitempty"`
+	// NextCheckAt is when the reconciler asks the lookup again about an
+	// indeterminate operation; Checks counts the lookups it made since the
+	// operation last entered the lane.
+	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
+	Checks      int        `json:"checks,omitempty"`
 	// FirstAttemptAt anchors the provider's dedupe window.
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
 	// LastAttempt is the newest effect attempt; Outcome "" means it was started
@@ -187,6 +204,41 @@ type Delivery struct {
 	// Owner is the lease owner token of a delivery that took the operation's
 	// lease; it names the row when the delivery's answer is recorded later.
 	Owner string `json:"owner,omitempty"`
+}
+
+// ResolutionKind is what an operator says about an operation's effect.
+type ResolutionKind string
+
+const (
+	// ResolveHappened: the effect took place; ResultID is its evidence.
+	ResolveHappened ResolutionKind = "happened"
+	// ResolveNotHappened: the effect did not take place; the next delivery
+	// may make exactly one new attempt under the same idempotency key.
+	ResolveNotHappened ResolutionKind = "not_happened"
+	// ResolveAbandon: nobody will find out; the operation ends terminally.
+	ResolveAbandon ResolutionKind = "abandon"
+	// ResolveReplay: a terminal operation whose effect is not confirmed gets
+	// exactly one new attempt, under the same identity and key.
+	ResolveReplay ResolutionKind = "replay"
+)
+
+// Resolution is an operator's request. Reason and Actor are required: a
+// manual change to evidence without them would be an unexplained edit.
+type Resolution struct {
+	Kind     ResolutionKind `json:"kind"`
+	ResultID string         `json:"result_id,omitempty"`
+	Reason   string         `json:"reason"`
+	Actor    string         `json:"actor"`
+}
+
+// Intervention is a resolution as the ledger keeps it: who, why, and what
+// it changed, under which fence.
+type Intervention struct {
+	Resolution
+	From  State     `json:"from"`
+	To    State     `json:"to"`
+	Fence int64     `json:"fence"`
+	At    time.Time `json:"at"`
 }
 
 // Answer records what a lease-taking delivery was told, once it is known.

@@ -194,6 +194,10 @@ type Route struct {
 	// (ShapeIdempotent): a retry after a lost response is safe only inside it.
 	DedupeWindow time.Duration `json:"dedupe_window,omitempty"`
 
+	// Reconcile is how the background reconciler works this route's
+	// indeterminate lane; only lookup routes have one.
+	Reconcile ReconcilePolicy `json:"reconcile,omitzero"`
+
 	MaxAttempts int              `json:"max_attempts"`
 	DeadLetter  DeadLetterPolicy `json:"dead_letter"`
 	// AckDeadline is the broker's deadline for this route's deliveries; the
@@ -213,4 +217,15 @@ type Route struct {
 	// ContractVersion identifies this exact contract (a hash of the route as
 	// loaded), so evidence says which rules it was produced under.
 	ContractVersion string `json:"contract_version"`
+}
+
+// ReconcilePolicy paces the lookups that settle a lookup route's
+// indeterminate operations: the first check waits Interval after the
+// previous one, each unavailable answer doubles the wait up to MaxInterval,
+// and the route's lookups are spread to at most RatePerSecond, so a lane of
+// thousands does not become a burst at a provider that is already failing.
+type ReconcilePolicy struct {
+	Interval      time.Duration `json:"interval"`
+	MaxInterval   time.Duration `json:"max_interval"`
+	RatePerSecond float64       `json:"rate_per_second"`
 }

@@ -48,17 +48,22 @@ var States = []State{
 //
 // pending_effect -> reserved is the retry path: a later delivery takes a new,
 // higher fencing token before it starts another attempt. effect_indeterminate
-// leaves only by reconciliation (confirmed) or an operator (terminal).
+// is left only by evidence from outside the push path: a reconciling lookup
+// (found: confirmed; definitely absent: back to pending_effect) or an
+// operator (happened, did not happen, abandon). terminal_failure is left only
+// by an operator: a replay back to pending_effect, or "it happened after all".
+// Both ways back to pending_effect carry a grant of exactly one attempt
+// (Operation.Grant), so neither can turn into a loop of effects.
 var transitions = map[State][]State{
 	StateReceived:            {StateReserved, StateConflicting, StateTerminalFailure},
 	StateConflicting:         {},
 	StateReserved:            {StatePendingEffect, StateEffectConfirmed, StateEffectIndeterminate, StateTerminalFailure},
 	StatePendingEffect:       {StateReserved, StateEffectConfirmed, StateEffectIndeterminate, StateTerminalFailure},
-	StateEffectIndeterminate: {StateEffectConfirmed, StateTerminalFailure},
+	StateEffectIndeterminate: {StatePendingEffect, StateEffectConfirmed, StateTerminalFailure},
 	StateEffectConfirmed:     {StateAckPending},
 	StateAckPending:          {StateAcknowledged},
 	StateAcknowledged:        {},
-	StateTerminalFailure:     {},
+	StateTerminalFailure:     {StatePendingEffect, StateEffectConfirmed},
 }
 
 // Transition is one allowed edge of the lifecycle.

@@ -21,7 +21,8 @@ func TestLedgerConforms(t *testing.T) {
 		return gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
 			t.Helper()
 			rec := mustGet(t, l, id)
-			s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters}
+			s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters,
+				Interventions: rec.Interventions}
 			for _, e := range rec.Events {
 				s.Transitions = append(s.Transitions, gate.Transition{From: e.From, To: e.To})
 			}

@@ -43,7 +43,7 @@ const operationColumns = `o.id, o.scope_key, o.tenant, o.route, o.key_source, o.
 	o.contract_version, o.idempotency_key, o.fence, o.owner, o.lease_start, o.lease_deadline,
 	o.lease_extensions, o.lease_lost_at, o.delivery_count, o.attempt_count, o.first_attempt_at, o.result_id,
 	o.evidence_at, o.acked_at, o.reason, o.lane, o.trace_id, o.span_id, o.created_at, o.updated_at,
-	o.retain_until`
+	o.retain_until, o.grant_through, o.next_check_at, o.checks`
 
 func operationFields(o *gate.Operation) []any {
 	return []any{&o.ID, &o.ScopeKey, &o.Tenant, &o.Route, &o.KeySource, &o.Key, &o.Fingerprint,
@@ -51,7 +51,7 @@ func operationFields(o *gate.Operation) []any {
 		&o.ContractVersion, &o.IdempotencyKey, &o.Fence, &o.Owner, &o.LeaseStart, &o.LeaseDeadline,
 		&o.LeaseExtensions, &o.LeaseLostAt, &o.DeliveryCount, &o.AttemptCount, &o.FirstAttemptAt, &o.ResultID,
 		&o.EvidenceAt, &o.AckedAt, &o.Reason, &o.Lane, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt,
-		&o.RetainUntil}
+		&o.RetainUntil, &o.Grant, &o.NextCheckAt, &o.Checks}
 }
 
 // findSQL returns the operation and its newest effect attempt in one query:
@@ -66,10 +66,52 @@ LEFT JOIN LATERAL (
 	WHERE operation_id = o.id AND kind = 'effect'
 	ORDER BY n DESC LIMIT 1
 ) a ON true
-WHERE o.scope_key = $1 AND o.conflict_of IS NULL`
+`
 
 // Find costs one round trip.
 func (l *Ledger) Find(ctx context.Context, scopeKey string) (*gate.Operation, error) {
+	op, err := scanFound(l.pool.QueryRow(ctx, findSQL+`WHERE o.scope_key = $1 AND o.conflict_of IS NULL`, scopeKey))
+	return op, translate("find", err)
+}
+
+// FindByID implements gate.Ledger: the operation as Find reads it, and its
+// latest manual intervention, in one round trip.
+func (l *Ledger) FindByID(ctx context.Context, id string) (*gate.Operation, *gate.Intervention, error) {
+	if gate.Unstorable(id) != "" {
+		return nil, nil, fmt.Errorf("storage: find by id: %w", gate.ErrNotFound)
+	}
+	var (
+		op *gate.Operation
+		iv *gate.Intervention
+	)
+	b := &pgx.Batch{}
+	b.Queue(findSQL+`WHERE o.id = $1`, id).QueryRow(func(r pgx.Row) error {
+		var err error
+		op, err = scanFound(r)
+		return err
+	})
+	b.Queue(`SELECT kind, actor, reason, result_id, from_state, to_state, fence, at
+		FROM manual_interventions WHERE operation_id = $1 ORDER BY seq DESC LIMIT 1`, id).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				iv = &gate.Intervention{}
+				if err := rows.Scan(interventionFields(iv)...); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+	if err := l.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, translate("find by id", err)
+	}
+	return op, iv, nil
+}
+
+func interventionFields(iv *gate.Intervention) []any {
+	return []any{&iv.Kind, &iv.Actor, &iv.Reason, &iv.ResultID, &iv.From, &iv.To, &iv.Fence, &iv.At}
+}
+
+func scanFound(r pgx.Row) (*gate.Operation, error) {
 	var (
 		op gate.Operation
 		a  struct {
@@ -81,8 +123,8 @@ func (l *Ledger) Find(ctx context.Context, scopeKey string) (*gate.Operation, er
 	)
 	dest := append(operationFields(&op), &a.n, &a.kind, &a.key, &a.fence, &a.started, &a.finished,
 		&a.outcome, &a.status, &a.resultID, &a.reason)
-	if err := l.pool.QueryRow(ctx, findSQL, scopeKey).Scan(dest...); err != nil {
-		return nil, translate("find", err)
+	if err := r.Scan(dest...); err != nil {
+		return nil, err
 	}
 	if a.n != nil {
 		op.LastAttempt = &gate.Attempt{
@@ -118,6 +160,9 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if err := checkChange(c); err != nil {
 		return err
 	}
+	if c.Intervene != nil {
+		return l.intervene(ctx, c)
+	}
 	wire, err := encode(c)
 	if err != nil {
 		return fmt.Errorf("storage: write: %w", err)
@@ -133,6 +178,10 @@ func checkChange(c *gate.Change) error {
 		return errors.New("storage: write: the change names no operation")
 	case c.Kind == gate.ChangeAcked && (c.Claim != nil || c.Settle != nil):
 		return errors.New("storage: write: an acked change neither claims nor settles")
+	case (c.Kind == gate.ChangeResolve || c.Kind == gate.ChangeReconcile) != (c.Intervene != nil),
+		c.Intervene != nil && (c.Claim != nil || c.Settle != nil || c.Expect == ""):
+		return fmt.Errorf("storage: write: a %s change intervenes on an existing operation, and only it does", c.Kind)
+	case c.Intervene != nil:
 	case c.Kind != gate.ChangeAcked && (c.Claim == nil) == (c.Settle == nil):
 		return fmt.Errorf("storage: write: a %s change either claims or settles", c.Kind)
 	case c.Claim != nil && c.Claim.Row != nil && (c.Claim.Row.ID != c.OperationID || len(c.Steps) == 0):
@@ -142,7 +191,7 @@ func checkChange(c *gate.Change) error {
 	}
 	switch c.Kind {
 	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
-		gate.ChangeRetryLater, gate.ChangeAcked:
+		gate.ChangeRetryLater, gate.ChangeAcked, gate.ChangeResolve, gate.ChangeReconcile:
 		return nil
 	}
 	return fmt.Errorf("storage: write: unknown change kind %q", c.Kind)

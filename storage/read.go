@@ -26,6 +26,8 @@ func (l *Ledger) Get(ctx context.Context, id string) (*adminapi.Record, error) {
 		Attempts:    []gate.Attempt{},
 		Events:      []adminapi.Event{},
 		DeadLetters: []gate.DeadLetter{},
+
+		Interventions: []gate.Intervention{},
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -69,6 +71,14 @@ func (l *Ledger) Get(ctx context.Context, id string) (*adminapi.Record, error) {
 				d.OperationID = id
 				return []any{&d.Reason, &d.At}
 			})
+			return err
+		})
+
+	b.Queue(`SELECT kind, actor, reason, result_id, from_state, to_state, fence, at
+		FROM manual_interventions WHERE operation_id = $1 ORDER BY seq`, id).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			rec.Interventions, err = collect(rows, rec.Interventions, interventionFields)
 			return err
 		})
 

@@ -382,6 +382,129 @@ type reservationCase struct {
 	run  func(t *testing.T, h ReservationsHarness)
 }
 
+// indeterminate brings a started op into effect_indeterminate under fence
+// 2, as a redelivery whose lookup was unavailable does.
+func indeterminate(t *testing.T, l gate.Ledger, op *gate.Operation) {
+	t.Helper()
+	at := t0.Add(time.Minute)
+	must(t, l.Write(context.Background(), gate.IndeterminateChange(claim(op, gate.StatePendingEffect, "owner-b", 2, at),
+		steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "lookup down", at)))
+}
+
+func intervening(op *gate.Operation, from gate.State, owner string, fence int64) gate.Writer {
+	return gate.Intervening(&gate.Operation{ID: op.ID, State: from}, lease(owner, fence, t0))
+}
+
+var interventionCases = []ledgerCase{
+	{"a resolution is fenced, guarded and recorded with who and why", func(t *testing.T, h LedgerHarness) {
+		op := newOp("resolve")
+		start(t, h.Ledger, op)
+		indeterminate(t, h.Ledger, op)
+		ctx := context.Background()
+		at := t0.Add(time.Hour)
+		iv := func(fence int64) *gate.Intervention {
+			return &gate.Intervention{Resolution: gate.Resolution{Kind: gate.ResolveNotHappened, Reason: "checked the provider", Actor: "alice"},
+				From: gate.StateEffectIndeterminate, To: gate.StatePendingEffect, Fence: fence, At: at}
+		}
+		reopen := func(w gate.Writer, fence int64) *gate.Change {
+			return gate.ResolveChange(w, steps(t, gate.StateEffectIndeterminate, gate.StatePendingEffect), iv(fence), 3, "", nil, "operator not_happened", at)
+		}
+		for _, f := range []int64{1, 2} {
+			if err := h.Ledger.Write(ctx, reopen(intervening(op, gate.StateEffectIndeterminate, "op-x", f), f)); !errors.Is(err, gate.ErrFenced) {
+				t.Fatalf("resolution under fence %d over 2: %v, want ErrFenced", f, err)
+			}
+		}
+		if err := h.Ledger.Write(ctx, reopen(intervening(op, gate.StateTerminalFailure, "op-x", 3), 3)); !errors.Is(err, gate.ErrStateChanged) {
+			t.Fatalf("resolution expecting terminal_failure: %v, want ErrStateChanged", err)
+		}
+		if _, last, err := h.Ledger.FindByID(ctx, op.ID); err != nil || last != nil {
+			t.Fatalf("refused resolutions left an intervention: %+v, %v", last, err)
+		}
+		must(t, h.Ledger.Write(ctx, reopen(intervening(op, gate.StateEffectIndeterminate, "op-x", 3), 3)))
+		got, last, err := h.Ledger.FindByID(ctx, op.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != gate.StatePendingEffect || got.Fence != 3 || got.Owner != "op-x" || got.Grant != 3 || got.Lane != "" ||
+			got.Reason != "operator not_happened" || got.AttemptCount != 1 || got.DeliveryCount != 2 || got.LastAttempt == nil || got.LastAttempt.N != 1 {
+			t.Fatalf("after the resolution: %+v", got)
+		}
+		if last == nil || last.Resolution != iv(3).Resolution || last.From != gate.StateEffectIndeterminate || last.To != gate.StatePendingEffect ||
+			last.Fence != 3 || !last.At.Equal(at) {
+			t.Fatalf("latest intervention %+v", last)
+		}
+		// The owner it fenced off can no longer record anything.
+		fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "late"}
+		err = h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 2, fin, "owner-b", gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "late", "x", at))
+		if !errors.Is(err, gate.ErrFenced) {
+			t.Fatalf("the fenced owner's confirm: %v, want ErrFenced", err)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Interventions) != 1 || len(s.Transitions) != 6 || s.Transitions[5] != (gate.Transition{From: gate.StateEffectIndeterminate, To: gate.StatePendingEffect}) {
+			t.Fatalf("record: %d interventions, transitions %+v", len(s.Interventions), s.Transitions)
+		}
+	}},
+	{"an abandoned operation ends terminal and dead-lettered once", func(t *testing.T, h LedgerHarness) {
+		op := newOp("abandon")
+		start(t, h.Ledger, op)
+		indeterminate(t, h.Ledger, op)
+		at := t0.Add(time.Hour)
+		iv := &gate.Intervention{Resolution: gate.Resolution{Kind: gate.ResolveAbandon, Reason: "gave up", Actor: "bob"},
+			From: gate.StateEffectIndeterminate, To: gate.StateTerminalFailure, Fence: 3, At: at}
+		dl := &gate.DeadLetter{OperationID: op.ID, Reason: "operator abandon", At: at}
+		must(t, h.Ledger.Write(context.Background(), gate.ResolveChange(intervening(op, gate.StateEffectIndeterminate, "op-y", 3),
+			steps(t, gate.StateEffectIndeterminate, gate.StateTerminalFailure), iv, 0, "", dl, "operator abandon", at)))
+		got, last, err := h.Ledger.FindByID(context.Background(), op.ID)
+		if err != nil || got.State != gate.StateTerminalFailure || got.Grant != 0 || last == nil || last.Kind != gate.ResolveAbandon {
+			t.Fatalf("after abandon: %+v, %+v, %v", got, last, err)
+		}
+		if s := h.Inspect(t, op.ID); len(s.DeadLetters) != 1 || s.DeadLetters[0].Reason != "operator abandon" {
+			t.Fatalf("dead letters %+v", s.DeadLetters)
+		}
+	}},
+	{"a reconciling lookup is an attempt of its own", func(t *testing.T, h LedgerHarness) {
+		op := newOp("reconcile")
+		start(t, h.Ledger, op)
+		indeterminate(t, h.Ledger, op)
+		ctx := context.Background()
+		t1 := t0.Add(time.Hour)
+		next := t1.Add(time.Minute)
+		lookup := func(n int, at time.Time, o gate.Outcome, result string) *gate.Attempt {
+			done := at
+			return &gate.Attempt{N: n, Kind: gate.AttemptLookup, IdempotencyKey: op.IdempotencyKey, StartedAt: at,
+				FinishedAt: &done, Outcome: o, StatusCode: 503, ResultID: result, Reason: string(o)}
+		}
+		must(t, h.Ledger.Write(ctx, gate.ReconcileChange(intervening(op, gate.StateEffectIndeterminate, "rec-1", 3), nil,
+			lookup(2, t1, gate.OutcomeUnknown, ""), "", 0, &next, 1, "lookup could not tell", t1)))
+		got := find(t, h.Ledger, op)
+		if got.State != gate.StateEffectIndeterminate || got.Fence != 3 || got.AttemptCount != 2 || got.Checks != 1 ||
+			got.NextCheckAt == nil || !got.NextCheckAt.Equal(next) || got.Lane != gate.LaneOperator || got.LastAttempt.N != 1 {
+			t.Fatalf("after an unavailable lookup: %+v", got)
+		}
+		// A lookup numbered out of turn is refused whole.
+		t2 := next
+		if err := h.Ledger.Write(ctx, gate.ReconcileChange(intervening(op, gate.StateEffectIndeterminate, "rec-2", 4),
+			steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed), lookup(2, t2, gate.OutcomeConfirmed, "res-9"), "res-9", 0, nil, 0, "found", t2)); err == nil {
+			t.Fatal("a lookup reusing attempt number 2 was accepted")
+		}
+		must(t, h.Ledger.Write(ctx, gate.ReconcileChange(intervening(op, gate.StateEffectIndeterminate, "rec-2", 4),
+			steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed), lookup(3, t2, gate.OutcomeConfirmed, "res-9"), "res-9", 0, nil, 0, "found", t2)))
+		got = find(t, h.Ledger, op)
+		if got.State != gate.StateEffectConfirmed || got.ResultID != "res-9" || got.EvidenceAt == nil || !got.EvidenceAt.Equal(t2) ||
+			got.Checks != 0 || got.NextCheckAt != nil || got.Lane != "" || got.AttemptCount != 3 || got.Fence != 4 {
+			t.Fatalf("after the lookup found it: %+v", got)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Attempts) != 3 || s.Attempts[1].Kind != gate.AttemptLookup || s.Attempts[2].Outcome != gate.OutcomeConfirmed ||
+			s.Attempts[2].Fence != 4 || len(s.Interventions) != 0 {
+			t.Fatalf("attempts %+v, interventions %+v", s.Attempts, s.Interventions)
+		}
+	}},
+}
+
+func init() { ledgerCases = append(ledgerCases, interventionCases...) }
+
 var reservationCases = []reservationCase{
 	{"one holder at a time; fences only go up", func(t *testing.T, h ReservationsHarness) {
 		ctx, r := context.Background(), h.Reservations

@@ -33,6 +33,8 @@ type Snapshot struct {
 	Attempts    []gate.Attempt
 	Transitions []gate.Transition
 	DeadLetters []gate.DeadLetter
+	// Interventions are the operator resolutions recorded, oldest first.
+	Interventions []gate.Intervention
 }
 
 // Ledger is an in-memory gate.Ledger with the guards of the Postgres one:
@@ -67,6 +69,22 @@ func (l *Ledger) Find(_ context.Context, scopeKey string) (*gate.Operation, erro
 		return nil, gate.ErrNotFound
 	}
 	return l.operation(l.ops[id]), nil
+}
+
+// FindByID implements gate.Ledger.
+func (l *Ledger) FindByID(_ context.Context, id string) (*gate.Operation, *gate.Intervention, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.ops[id]
+	if !ok {
+		return nil, nil, gate.ErrNotFound
+	}
+	var last *gate.Intervention
+	if n := len(s.Interventions); n > 0 {
+		iv := s.Interventions[n-1]
+		last = &iv
+	}
+	return l.operation(s), last, nil
 }
 
 // operation is the row as Find returns it: with its newest effect attempt.
@@ -139,7 +157,7 @@ func (l *Ledger) apply(c *gate.Change) (*Snapshot, error) {
 	if !ok || cur.Op.ConflictOf != "" {
 		return nil, gate.ErrNotFound
 	}
-	claim := c.Claim != nil
+	claim := c.Claim != nil || c.Intervene != nil
 	if (claim && cur.Op.Fence >= c.Fence) || (!claim && cur.Op.Fence != c.Fence) {
 		return nil, gate.ErrFenced
 	}
@@ -175,6 +193,28 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 			s.Deliveries = append(s.Deliveries, dd)
 			op.DeliveryCount++
 		}
+	case c.Intervene != nil:
+		iv := c.Intervene
+		op.Fence, op.Owner = c.Fence, iv.Owner
+		if a := iv.Lookup; a != nil {
+			if a.N != op.AttemptCount+1 {
+				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", ErrRefused, a.N, op.AttemptCount+1)
+			}
+			aa := *a
+			aa.Fence = c.Fence
+			s.Attempts = append(s.Attempts, aa)
+			op.AttemptCount++
+		}
+		if iv.Grant > 0 {
+			op.Grant = iv.Grant
+		}
+		op.NextCheckAt, op.Checks = iv.NextCheckAt, iv.Checks
+		if iv.Intervention != nil {
+			s.Interventions = append(s.Interventions, *iv.Intervention)
+		}
+		if op.State != gate.StateEffectIndeterminate {
+			op.Lane = ""
+		}
 	case c.Settle != nil:
 		deadline := c.Settle.Lease.Deadline
 		op.LeaseExtensions, op.LeaseDeadline, op.LeaseLostAt = c.Settle.Lease.Extensions, &deadline, c.Settle.Lease.LostAt
@@ -187,13 +227,13 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 			}
 		}
 	}
-	switch c.Kind {
-	case gate.ChangeConfirm:
+	switch {
+	case c.Kind == gate.ChangeConfirm, c.ResultID != "" && op.State == gate.StateEffectConfirmed:
 		at := c.At
 		op.ResultID, op.EvidenceAt = c.ResultID, &at
-	case gate.ChangeIndeterminate:
+	case c.Kind == gate.ChangeIndeterminate:
 		op.Lane = c.Lane
-	case gate.ChangeAcked:
+	case c.Kind == gate.ChangeAcked:
 		at := c.At
 		op.AckedAt = &at
 	}
@@ -339,5 +379,7 @@ func clone(s *Snapshot) *Snapshot {
 		Attempts:    slices.Clone(s.Attempts),
 		Transitions: slices.Clone(s.Transitions),
 		DeadLetters: slices.Clone(s.DeadLetters),
+
+		Interventions: slices.Clone(s.Interventions),
 	}
 }
