@@ -40,6 +40,9 @@ type provider struct {
 	// drop: 0 answers, 1 applies the effect and then cuts the connection,
 	// 2 cuts it without applying anything.
 	drop atomic.Int32
+	// fail, when set, is the status every effect call answers, applying
+	// nothing.
+	fail atomic.Int32
 	// lookupUp: false answers every lookup 503 (the lookup is down).
 	lookupUp    atomic.Bool
 	lookupDelay time.Duration
@@ -67,6 +70,10 @@ func newProvider(t *testing.T, lookupDelay time.Duration) *provider {
 	mux.HandleFunc("POST /effects", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		key := r.Header.Get("Idempotency-Key")
+		if code := p.fail.Load(); code != 0 {
+			w.WriteHeader(int(code))
+			return
+		}
 		drop := p.drop.Load()
 		p.mu.Lock()
 		p.calls[key]++
@@ -183,14 +190,7 @@ type cluster struct {
 	replicas         []*replica
 }
 
-// clock is the gate's clock; a test sets it back to make evidence that is
-// already past its retention.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) Now() time.Time        { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) shift(d time.Duration) { c.offset.Store(int64(d)) }
-func (c *clock) reset()                { c.offset.Store(0) }
-func newCluster(t *testing.T, n int, routes string, now func() time.Time, env map[string]string) *cluster {
+func newCluster(t *testing.T, n int, routes string, env map[string]string) *cluster {
 	t.Helper()
 	ctx := context.Background()
 	c := &cluster{dbURL: testenv.DatabaseURL(t), redisAddr: testenv.Redis(t)}
@@ -223,7 +223,7 @@ func newCluster(t *testing.T, n int, routes string, now func() time.Time, env ma
 			t.Fatal(err)
 		}
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		gw, err := wiring.New(ctx, wiring.Options{Settings: s, Routes: rs, Getenv: getenv, Telemetry: tel, Logger: log, Now: now})
+		gw, err := wiring.New(ctx, wiring.Options{Settings: s, Routes: rs, Getenv: getenv, Telemetry: tel, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,8 +245,7 @@ func newCluster(t *testing.T, n int, routes string, now func() time.Time, env ma
 }
 
 // push delivers a Pub/Sub message to route on replica r and returns the
-// status. No publishTime: the tests move the gate's clock, and a publish
-// time ahead of it would be refused as malformed.
+// status.
 func (r *replica) push(t *testing.T, route, id, data string) int {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{
@@ -351,4 +350,15 @@ func (c *cluster) count(t *testing.T, q string, args ...any) int {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return n
+}
+
+// expire moves the retention of operations ids (with their conflict
+// records when conflictsToo) into the past, as time would: retain_until is
+// not part of an operation's identity, so the ledger lets it change.
+func (c *cluster) expire(t *testing.T, ids []string, conflictsToo bool) {
+	t.Helper()
+	if _, err := c.pool.Exec(context.Background(), `UPDATE operations SET retain_until = now() - interval '1 day'
+		WHERE id = ANY($1) OR ($2 AND conflict_of = ANY($1))`, ids, conflictsToo); err != nil {
+		t.Fatal(err)
+	}
 }

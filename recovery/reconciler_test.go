@@ -22,7 +22,7 @@ import (
 func TestReconcilerSettlesTheLookupLane(t *testing.T) {
 	t.Parallel()
 	p := newProvider(t, 0)
-	c := newCluster(t, 1, routesFor(p), nil, nil)
+	c := newCluster(t, 1, routesFor(p), nil)
 	r := c.replicas[0]
 	ctx := context.Background()
 

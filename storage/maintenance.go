@@ -61,34 +61,47 @@ func (m *Maintenance) ClaimDue(ctx context.Context, route string, interval, hori
 
 // purgeSQL deletes up to $1 settled operations whose retention has run out,
 // oldest first, with everything that hangs off them (deliveries, attempts,
-// transitions, dead letters, interventions and expired conflict records go
-// by ON DELETE CASCADE). An original stays while one of its conflict records
-// is still retained: the cascade would have to delete that record too, and
-// the retention guard would refuse the whole batch.
+// transitions, dead letters and interventions go by ON DELETE CASCADE).
+//
+// Conflict records go with their original when it goes (by the cascade,
+// and the RETURNING names them), or on their own when their original stays.
+// An original stays while one of its conflict records is still retained:
+// the cascade would have to delete that record too, and the retention guard
+// would refuse the whole batch. A conflict record whose original goes in
+// this pass is left to the cascade, so that it is removed, and counted,
+// once.
 const purgeSQL = `
 WITH doomed AS (
 	SELECT o.id FROM operations o
 	WHERE o.retain_until < now() AND o.state IN ` + settledStates + `
 		AND NOT EXISTS (SELECT 1 FROM operations c WHERE c.conflict_of = o.id AND c.retain_until >= now())
+		AND (o.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM operations orig
+			WHERE orig.id = o.conflict_of AND orig.retain_until < now() AND orig.state IN ` + settledStates + `
+				AND NOT EXISTS (SELECT 1 FROM operations c WHERE c.conflict_of = orig.id AND c.retain_until >= now())))
 	ORDER BY o.retain_until
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM operations o USING doomed WHERE o.id = doomed.id
-RETURNING o.id, o.route`
+RETURNING o.id, o.route, ARRAY(SELECT c.id FROM operations c WHERE c.conflict_of = o.id)`
 
 // PurgeBatch deletes up to limit expired settled operations in one short
-// transaction and returns their ids by route. Fewer than limit means
-// nothing more is expired right now (or another replica holds the rest).
+// transaction and returns their ids by route, with the conflict records
+// that went with them. Fewer than limit means nothing more is expired right
+// now (or another replica holds the rest).
 func (m *Maintenance) PurgeBatch(ctx context.Context, limit int) (map[string][]string, error) {
 	rows, err := m.pool.Query(ctx, purgeSQL, limit)
 	if err != nil {
 		return nil, translate("purge", err)
 	}
 	out := map[string][]string{}
-	var id, route string
-	_, err = pgx.ForEachRow(rows, []any{&id, &route}, func() error {
+	var (
+		id, route string
+		cascaded  []string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &route, &cascaded}, func() error {
 		out[route] = append(out[route], id)
+		out[route] = append(out[route], cascaded...)
 		return nil
 	})
 	return out, translate("purge", err)
