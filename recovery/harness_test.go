@@ -362,3 +362,14 @@ func (c *cluster) expire(t *testing.T, ids []string, conflictsToo bool) {
 		t.Fatal(err)
 	}
 }
+
+// sampleBare is the value of a series that has only the scope's labels.
+func sampleBare(text, name string) (string, bool) {
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			return strings.TrimSpace(line[strings.LastIndex(line, " "):]), true
+		}
+	}
+	return "", false
+}
