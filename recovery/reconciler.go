@@ -177,9 +177,18 @@ func (r *Reconciler) route(ctx context.Context, rt *gate.Route) error {
 	return nil
 }
 
+// settleGrace bounds how long a lookup already under way may take to be
+// written down once the replica is shutting down.
+const settleGrace = 10 * time.Second
+
 func (r *Reconciler) one(ctx context.Context, rt *gate.Route, op *gate.Operation) {
 	start := time.Now()
-	plan, err := r.settle.Reconcile(ctx, rt, op)
+	// A lookup that was asked is recorded even when shutdown begins
+	// meanwhile: the record must hold every question put to the provider.
+	// Shutdown waits for it, bounded by the lookup's own timeout.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.Effect.Timeout+settleGrace)
+	defer cancel()
+	plan, err := r.settle.Reconcile(sctx, rt, op)
 	outcome := OutcomeError
 	switch {
 	case err == nil:
