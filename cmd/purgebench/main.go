@@ -169,6 +169,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	pctx, stopDeliveries := context.WithCancel(ctx)
 	during := make(chan stats, 1)
 	go func() { during <- d.runUntil(pctx, o.c) }()
+	locks := make(chan lockSamples, 1)
+	go func() { locks <- sampleLockWaits(pctx, gw) }()
 	start := time.Now()
 	var purged, batches int
 	for {
@@ -187,7 +189,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	took := time.Since(start)
 	stopDeliveries()
 	dur := <-during
+	lw := <-locks
 	fmt.Fprintln(out, "during the purge:   ", dur)
+	fmt.Fprintf(out, "lock waits: %d of %d samples of pg_stat_activity (every 20ms) saw a backend waiting on a lock, at most %d at once\n",
+		lw.waiting, lw.samples, lw.most)
 	fmt.Fprintf(out, "purge: %d operations in %d batches, %s, %.0f operations/s\n",
 		purged, batches, took.Round(time.Millisecond), float64(purged)/took.Seconds())
 	var left int
@@ -246,9 +251,43 @@ FROM generate_series($1::int, $2::int) g`, lo, hi)
 		if err != nil {
 			return err
 		}
+		// The triggers look rows up by key; statistics that still describe
+		// an empty table would send them scanning.
+		if _, err := gw.Pool.Exec(ctx, `ANALYZE operations, transitions, deliveries, attempts`); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "purgebench: seeded %d of %d\n", hi, n)
 	}
-	_, err := gw.Pool.Exec(ctx, `ANALYZE operations`)
-	return err
+	return nil
+}
+
+type lockSamples struct{ samples, waiting, most int }
+
+// sampleLockWaits polls pg_stat_activity until ctx ends, counting the
+// samples in which some backend of the run's database (a delivery's write,
+// or a purge batch) waited on a heavyweight lock.
+func sampleLockWaits(ctx context.Context, gw *wiring.Gateway) lockSamples {
+	var s lockSamples
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s
+		case <-t.C:
+		}
+		var n int
+		err := gw.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		if err != nil {
+			continue
+		}
+		s.samples++
+		if n > 0 {
+			s.waiting++
+		}
+		s.most = max(s.most, n)
+	}
 }
 
 // driver pushes unique messages to the gateway and times each answer.
@@ -414,7 +453,15 @@ func serve(h http.Handler) (*server, error) {
 	return s, nil
 }
 
-func (s *server) Close() { _ = s.srv.Close() }
+// Close waits for the handlers still running, so that a delivery's work
+// after its answer is done before the gateway's connections close.
+func (s *server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s.srv.Shutdown(ctx) != nil {
+		_ = s.srv.Close()
+	}
+}
 
 func numCPU() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")
