@@ -129,6 +129,9 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if err := s.CheckKeyHashSecret(o.Routes); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
+	if err := s.CheckFenceTTL(o.Routes); err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
 	if s.KeyHashSecret != "" {
 		hash := gate.NewKeyHash([]byte(s.KeyHashSecret))
 		for _, r := range o.Routes {
