@@ -519,5 +519,7 @@ func TestNotHappenedAllowsExactlyOneAttempt(t *testing.T) {
 func waitCalls(t *testing.T, e *env, n int64) {
 	t.Helper()
 	testenv.Eventually(t, testenv.StepTimeout, func() bool { return e.down.effectCalls.Load() >= n },
-		func() string { return fmt.Sprintf("the downstream saw %d calls, want %d", e.down.effectCalls.Load(), n) })
+		func() string {
+			return fmt.Sprintf("the downstream saw %d calls, want %d", e.down.effectCalls.Load(), n)
+		})
 }
