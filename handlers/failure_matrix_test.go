@@ -409,6 +409,7 @@ func TestReplayTerminallyFailedItem(t *testing.T) {
 			wantLogChained(t, rec)
 
 			// Confirmed work is never replayed.
+			e.waitDeliveries(id, 8)
 			before := e.snapshot(id)
 			wantAnswer(t, e.replayOp(id, "again", "ivy"), http.StatusConflict)
 			if e.snapshot(id) != before {

@@ -74,14 +74,38 @@ func (e *env) replayOp(id, reason, actor string) adminAnswer {
 }
 
 // snapshot is the whole ledger record of an operation, for "nothing
-// changed" comparisons.
+// changed" comparisons. It waits until every delivery's answer is
+// recorded: that bookkeeping runs after the response, and would otherwise
+// look like a change.
 func (e *env) snapshot(id string) string {
 	e.t.Helper()
-	b, err := json.Marshal(e.record(id))
+	var rec *adminapi.Record
+	undecided := func() int {
+		n := 0
+		for _, d := range rec.Deliveries {
+			if d.Decision == "" {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(e.t, testenv.StepTimeout, func() bool { rec = e.record(id); return undecided() == 0 },
+		func() string { return fmt.Sprintf("%s: %d deliveries never got their answer recorded", id, undecided()) })
+	b, err := json.Marshal(rec)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return string(b)
+}
+
+// waitDeliveries waits until n deliveries of operation id are recorded: a
+// delivery turned away while another held the lease is recorded after its
+// answer went out.
+func (e *env) waitDeliveries(id string, n int) {
+	e.t.Helper()
+	var got int
+	testenv.Eventually(e.t, testenv.StepTimeout, func() bool { got = len(e.record(id).Deliveries); return got >= n },
+		func() string { return fmt.Sprintf("%s: %d deliveries recorded, want %d", id, got, n) })
 }
 
 func wantAnswer(t *testing.T, a adminAnswer, status int) {
@@ -522,4 +546,47 @@ func waitCalls(t *testing.T, e *env, n int64) {
 		func() string {
 			return fmt.Sprintf("the downstream saw %d calls, want %d", e.down.effectCalls.Load(), n)
 		})
+}
+
+// A replay racing redeliveries of the same terminal message: copies that
+// come before it get the terminal answer, copies after it share one
+// attempt. However they interleave, the downstream sees exactly one new
+// call, with the operation's key.
+func TestReplayRacingRedeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, routeYAML("orders", "unsafe", "broker", ""))
+	for i := range 4 {
+		m := msg{ID: fmt.Sprintf("m-replay-race-%d", i), Data: "x"}
+		e.down.set(status(http.StatusUnprocessableEntity))
+		wantStatus(t, e.push("orders", m), http.StatusServiceUnavailable)
+		id := e.opID("orders", m)
+		key := e.record(id).Operation.IdempotencyKey
+		e.down.set(nil)
+		calls := e.down.effectCalls.Load()
+
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var replay adminAnswer
+		wg.Go(func() { <-start; replay = e.replayOp(id, "fixed", "jane") })
+		for range 4 {
+			wg.Go(func() { <-start; e.push("orders", m) })
+		}
+		close(start)
+		wg.Wait()
+		wantAnswer(t, replay, http.StatusOK)
+		// Whatever came first, one more copy finds the grant spent or
+		// takes it.
+		wantStatus(t, e.push("orders", m), http.StatusNoContent)
+		rec := e.waitState(id, gate.StateAcknowledged)
+		if n := e.down.effectCalls.Load() - calls; n != 1 {
+			t.Fatalf("round %d: %d calls after the replay, want exactly 1", i, n)
+		}
+		if keys := e.down.Keys(); keys[len(keys)-1] != key {
+			t.Fatalf("round %d: the replayed attempt used key %s, want %s", i, keys[len(keys)-1], key)
+		}
+		if len(rec.Interventions) != 1 || len(rec.Attempts) != 2 {
+			t.Fatalf("round %d: interventions %+v, attempts %+v", i, rec.Interventions, rec.Attempts)
+		}
+		wantLogChained(t, rec)
+	}
 }
