@@ -90,7 +90,9 @@ func (e *env) snapshot(id string) string {
 		return n
 	}
 	testenv.Eventually(e.t, testenv.StepTimeout, func() bool { rec = e.record(id); return undecided() == 0 },
-		func() string { return fmt.Sprintf("%s: %d deliveries never got their answer recorded", id, undecided()) })
+		func() string {
+			return fmt.Sprintf("%s: %d deliveries never got their answer recorded", id, undecided())
+		})
 	b, err := json.Marshal(rec)
 	if err != nil {
 		e.t.Fatal(err)
