@@ -198,7 +198,8 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 		op.Fence, op.Owner = c.Fence, iv.Owner
 		if a := iv.Lookup; a != nil {
 			if a.N != op.AttemptCount+1 {
-				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", ErrRefused, a.N, op.AttemptCount+1)
+				// Another writer recorded an attempt since this one read the row.
+				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", gate.ErrStateChanged, a.N, op.AttemptCount+1)
 			}
 			aa := *a
 			aa.Fence = c.Fence
