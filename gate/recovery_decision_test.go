@@ -198,3 +198,50 @@ func TestNextCheckBacksOffToItsLimit(t *testing.T) {
 		t.Fatalf("waits %v, want %v", got, want)
 	}
 }
+
+// TestCommitShapeRows: the rows of the two shapes whose evidence is a commit.
+func TestCommitShapeRows(t *testing.T) {
+	t.Parallel()
+	handed := func(state State, count int, outcome Outcome) *Operation {
+		o := op(state, count, outcome, &first)
+		at := first
+		o.HandedOffAt = &at
+		return o
+	}
+	rows := []row{
+		{name: "handoff: new is handed off and acked", shape: ShapeHandoff, pub: now.Add(-time.Minute),
+			want: ActHandOff, path: []State{StateReceived, StateReserved, pending}, answer: Ack},
+		{name: "handoff: redelivered while the relay works acks", shape: ShapeHandoff, op: handed(pending, 1, OutcomeRetryable),
+			want: ActAckExisting, answer: Ack},
+		{name: "handoff: redelivered while parked acks", shape: ShapeHandoff, op: handed(StateEffectIndeterminate, 1, OutcomeUnknown),
+			want: ActAckExisting, answer: Ack},
+		{name: "handoff: intent without its entry is handed off", shape: ShapeHandoff, op: op(pending, 0, "", nil),
+			want: ActHandOff, path: toRetry, answer: Ack},
+		{name: "handoff: confirmed acks and records the ack", shape: ShapeHandoff, op: handed(StateEffectConfirmed, 1, OutcomeConfirmed),
+			want: ActAckExisting, answer: Ack, sent: []State{StateAckPending, StateAcknowledged}},
+		{name: "local: new runs the statement in the ledger's transaction", shape: ShapeLocal, pub: now.Add(-time.Minute),
+			want: ActApplyLocal, path: []State{StateReceived, StateReserved, pending}, answer: Nack},
+		{name: "local: a failed statement is run again", shape: ShapeLocal, op: op(pending, 1, OutcomeRetryable, &first),
+			want: ActApplyLocal, path: toRetry, answer: Nack},
+		{name: "local: an unfinished attempt applied nothing", shape: ShapeLocal, op: op(pending, 1, "", &first),
+			want: ActApplyLocal, path: toRetry, answer: Nack},
+		{name: "local: at the limit it ends", shape: ShapeLocal, op: op(pending, 3, OutcomeRetryable, &first),
+			want: ActExhaust, path: toTerm, answer: Nack},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { r.check(t, Decide(r.evidence(now))) })
+	}
+	t.Run("the relay decides by its downstream's shape", func(t *testing.T) {
+		r := testRoute(ShapeHandoff)
+		for _, c := range []struct {
+			lookup string
+			dedupe time.Duration
+			want   Shape
+		}{{"http://p/{key}", 0, ShapeLookup}, {"", time.Hour, ShapeIdempotent}, {"", 0, ShapeUnsafe}} {
+			r.Effect.LookupURL, r.DedupeWindow = c.lookup, c.dedupe
+			if rr := RelayRoute(r); rr.Shape != c.want || rr.AckDeadline <= r.Effect.Timeout {
+				t.Errorf("lookup %q dedupe %s: relay shape %s, deadline %s", c.lookup, c.dedupe, rr.Shape, rr.AckDeadline)
+			}
+		}
+	})
+}
