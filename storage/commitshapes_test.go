@@ -81,8 +81,8 @@ func localRig(t *testing.T) *shapeRig {
 	r.exec(`CREATE TABLE local_orders (id bigserial PRIMARY KEY, idem text UNIQUE NOT NULL, op text NOT NULL,
 		body jsonb NOT NULL, CHECK ((body->>'total')::numeric > 0))`)
 	r.route.Local = &gate.LocalSpec{
-		SQL: `INSERT INTO local_orders (idem, op, body) VALUES ($1, $2, $3::jsonb) RETURNING id`,
-		Params: []gate.LocalParam{{Kind: gate.ParamIdempotencyKey}, {Kind: gate.ParamOperationID}, {Kind: gate.ParamDataJSON}},
+		SQL:     `INSERT INTO local_orders (idem, op, body) VALUES ($1, $2, $3::jsonb) RETURNING id`,
+		Params:  []gate.LocalParam{{Kind: gate.ParamIdempotencyKey}, {Kind: gate.ParamOperationID}, {Kind: gate.ParamDataJSON}},
 		Timeout: 2 * time.Second,
 	}
 	return r
