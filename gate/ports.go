@@ -269,6 +269,8 @@ type OutboxEntry struct {
 	CreatedAt     time.Time `json:"created_at"`
 	// NextAttemptAt is when the relay may take the entry up again.
 	NextAttemptAt time.Time `json:"next_attempt_at"`
+	// Passes counts the relay passes that took the entry up.
+	Passes int `json:"passes"`
 }
 
 // Answer records what a lease-taking delivery was told, once it is known.

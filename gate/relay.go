@@ -72,3 +72,19 @@ func (g *Gate) relay(ctx context.Context, rr *Route, e *OutboxEntry) (*Result, e
 	}
 	return g.reserved(ctx, d, op, p)
 }
+
+// RelayBackoff is how long an entry whose pass left its operation open
+// waits before the next: the route's RetryMin, doubled per pass, at most
+// RetryMax. The relay adds jitter, so a downstream recovering from an
+// outage is not met by every entry at once.
+func RelayBackoff(r *Route, passes int) time.Duration {
+	lo, hi := time.Second, 5*time.Minute
+	if h := r.Handoff; h != nil {
+		lo, hi = max(h.RetryMin, time.Millisecond), max(h.RetryMax, h.RetryMin)
+	}
+	wait := lo
+	for i := 1; i < passes && wait < hi; i++ {
+		wait *= 2
+	}
+	return min(wait, hi)
+}
