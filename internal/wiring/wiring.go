@@ -39,6 +39,8 @@ var (
 	_ handlers.Deliverer       = (*gate.Gate)(nil)
 	_ handlers.PoisonLog       = (*storage.PoisonLog)(nil)
 	_ handlers.PoisonStore     = (*storage.PoisonLog)(nil)
+	_ handlers.Resolver        = (*gate.Gate)(nil)
+	_ handlers.DeadLetterStore = (*storage.Ledger)(nil)
 )
 
 // Options is what New takes from its caller; everything else is built from it.
@@ -165,6 +167,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.Admin = handlers.NewAdmin(handlers.AdminOptions{
 		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
 		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
+		Resolver: g.Gate, DeadLetters: g.Ledger,
 	})
 	return g, nil
 }
