@@ -29,12 +29,40 @@ const LaneCountCap = 10000
 // LanePage returns one page of a lane, oldest first, keyset-paginated on
 // (created_at, id).
 func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.LanePage, error) {
+	sql, args, limit, err := laneQuery(f)
+	if err != nil {
+		return adminapi.LanePage{}, err
+	}
+	rows, err := l.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return adminapi.LanePage{}, translate("lane", err)
+	}
+	entries, err := collect(rows, []adminapi.LaneEntry{}, func(e *adminapi.LaneEntry) []any {
+		return []any{&e.ID, &e.Route, &e.State, &e.Key, &e.Fingerprint, &e.Shape, &e.ConflictOf,
+			&e.AttemptCount, &e.DeliveryCount, &e.Reason, &e.Lane, &e.TraceID, &e.CreatedAt, &e.UpdatedAt,
+			&e.DeadLetterAt, &e.DeadLetterReason}
+	})
+	if err != nil {
+		return adminapi.LanePage{}, translate("lane", err)
+	}
+	page := adminapi.LanePage{Entries: entries}
+	if len(entries) > limit {
+		page.Entries = entries[:limit]
+		last := page.Entries[limit-1]
+		page.Next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// laneQuery is LanePage's statement, apart so that a test can EXPLAIN
+// exactly what runs.
+func laneQuery(f adminapi.LaneFilter) (string, []any, int, error) {
 	if !f.State.Valid() {
-		return adminapi.LanePage{}, fmt.Errorf("storage: lane: %w: unknown state %q", adminapi.ErrInvalidFilter, gate.Bound(string(f.State), 64))
+		return "", nil, 0, fmt.Errorf("storage: lane: %w: unknown state %q", adminapi.ErrInvalidFilter, gate.Bound(string(f.State), 64))
 	}
 	for name, v := range map[string]string{"route": f.Route, "message_id": f.MessageID} {
 		if why := gate.Unstorable(v); why != "" {
-			return adminapi.LanePage{}, fmt.Errorf("storage: lane: %w: %s %s", adminapi.ErrInvalidFilter, name, why)
+			return "", nil, 0, fmt.Errorf("storage: lane: %w: %s %s", adminapi.ErrInvalidFilter, name, why)
 		}
 	}
 	limit := pageLimit(f.Limit)
@@ -55,7 +83,7 @@ func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.
 	if f.Cursor != "" {
 		at, id, err := decodeCursor(f.Cursor)
 		if err != nil {
-			return adminapi.LanePage{}, fmt.Errorf("storage: lane: %w: %v", adminapi.ErrInvalidFilter, err)
+			return "", nil, 0, fmt.Errorf("storage: lane: %w: %v", adminapi.ErrInvalidFilter, err)
 		}
 		where = append(where, "(o.created_at, o.id) > ("+arg(at)+", "+arg(id)+")")
 	}
@@ -65,25 +93,7 @@ func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.
 	FROM operations o LEFT JOIN dead_letters dl ON dl.operation_id = o.id
 	WHERE ` + strings.Join(where, " AND ") + `
 	ORDER BY o.created_at, o.id LIMIT ` + arg(limit+1)
-	rows, err := l.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return adminapi.LanePage{}, translate("lane", err)
-	}
-	entries, err := collect(rows, []adminapi.LaneEntry{}, func(e *adminapi.LaneEntry) []any {
-		return []any{&e.ID, &e.Route, &e.State, &e.Key, &e.Fingerprint, &e.Shape, &e.ConflictOf,
-			&e.AttemptCount, &e.DeliveryCount, &e.Reason, &e.Lane, &e.TraceID, &e.CreatedAt, &e.UpdatedAt,
-			&e.DeadLetterAt, &e.DeadLetterReason}
-	})
-	if err != nil {
-		return adminapi.LanePage{}, translate("lane", err)
-	}
-	page := adminapi.LanePage{Entries: entries}
-	if len(entries) > limit {
-		page.Entries = entries[:limit]
-		last := page.Entries[limit-1]
-		page.Next = encodeCursor(last.CreatedAt, last.ID)
-	}
-	return page, nil
+	return sql, args, limit, nil
 }
 
 // LaneTotals counts, per route, the operations in each of states and the
@@ -116,11 +126,9 @@ func (l *Ledger) LaneTotals(ctx context.Context, routes []string, states []gate.
 			return nil, fmt.Errorf("storage: lane totals: %w: route %s", adminapi.ErrInvalidFilter, why)
 		}
 		for _, s := range states {
-			count(route, string(s), `SELECT count(*) FROM (SELECT 1 FROM operations
-				WHERE route = $1 AND state = '`+string(s)+`' LIMIT $2) lane`)
+			count(route, string(s), laneCountSQL(s))
 		}
-		count(route, adminapi.LaneOutbox, `SELECT count(*) FROM (SELECT 1 FROM outbox
-			WHERE route = $1 AND delivered_at IS NULL LIMIT $2) lane`)
+		count(route, adminapi.LaneOutbox, outboxCountSQL)
 	}
 	if len(out) == 0 {
 		return out, nil
@@ -130,6 +138,14 @@ func (l *Ledger) LaneTotals(ctx context.Context, routes []string, states []gate.
 	}
 	return out, nil
 }
+
+// laneCountSQL counts one route's operations in state s, up to $2. The
+// state was checked against gate.States by the caller.
+func laneCountSQL(s gate.State) string {
+	return `SELECT count(*) FROM (SELECT 1 FROM operations WHERE route = $1 AND state = '` + string(s) + `' LIMIT $2) lane`
+}
+
+const outboxCountSQL = `SELECT count(*) FROM (SELECT 1 FROM outbox WHERE route = $1 AND delivered_at IS NULL LIMIT $2) lane`
 
 // OutboxPage returns one page of undelivered outbox entries, the soonest
 // due first, keyset-paginated on (next_attempt_at, operation_id). It reads
