@@ -222,6 +222,25 @@ func TestSessionAndCSRF(t *testing.T) {
 		t.Fatalf("abandoning a pending operation: %d\n%s", r.status, grep(r.body, "problem"))
 	}
 
+	// Replaying a dead letter: the same form handler, the gate's replay.
+	id3 := e.indeterminate("sec-3")
+	if _, _, err := e.gw.Gate.Resolve(t.Context(), id3, gate.Resolution{Kind: gate.ResolveAbandon, Reason: "setup", Actor: "test:setup"}); err != nil {
+		t.Fatal(err)
+	}
+	page := c.do(http.MethodGet, "/console/operations/"+id3, nil, []*http.Cookie{sess}, nil)
+	if !strings.Contains(page.body, `id="replay"`) || strings.Contains(page.body, `id="resolve"`) {
+		t.Fatalf("a terminal operation's page does not offer replay (and only replay or happened)")
+	}
+	r = c.do(http.MethodPost, "/console/operations/"+id3+"/resolve", url.Values{"kind": {"replay"}, "reason": {"downstream fixed"}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusForbidden || e.record(id3).Operation.State != gate.StateTerminalFailure {
+		t.Fatalf("replay without CSRF: %d", r.status)
+	}
+	r = c.do(http.MethodPost, "/console/operations/"+id3+"/resolve", url.Values{"kind": {"replay"}, "reason": {"downstream fixed"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if rec := e.record(id3); r.status != http.StatusSeeOther || rec.Operation.State != gate.StatePendingEffect ||
+		len(rec.Interventions) != 2 || rec.Interventions[1].Kind != gate.ResolveReplay || rec.Interventions[1].Actor != "console:alice" {
+		t.Fatalf("replay: %d, %s %+v", r.status, rec.Operation.State, rec.Interventions)
+	}
+
 	// Logout ends the browser's session.
 	r = c.do(http.MethodPost, "/console/logout", url.Values{"csrf": {csrf}}, []*http.Cookie{sess}, nil)
 	if out := cookie(r.cookies, "ackgate_console"); r.status != http.StatusSeeOther || out == nil || out.MaxAge >= 0 {
