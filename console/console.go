@@ -152,7 +152,14 @@ func (c *Console) routes() http.Handler {
 		c.render(w, r, http.StatusMethodNotAllowed, "error.html", errorPage{Title: "Method not allowed", Message: "This page does not take that method."})
 	})
 	r.Get("/console", redirectTo(Prefix))
-	r.Handle("/console/static/*", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/console/static/", http.FileServerFS(static))
+	r.Get("/console/static/*", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	r.Get("/console/login", c.loginForm)
 	r.Post("/console/login", c.login)
 	r.Group(func(r chi.Router) {

@@ -316,6 +316,12 @@ func TestPagesShowNoMessageDataAndNoScript(t *testing.T) {
 	if r := c.do(http.MethodGet, "/console/lanes?cursor=%25%25", nil, []*http.Cookie{sess}, nil); r.status != http.StatusBadRequest {
 		t.Fatalf("bad cursor: %d", r.status)
 	}
+	if r := c.do(http.MethodGet, "/console/static/console.css", nil, nil, nil); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
+		t.Fatalf("stylesheet: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	if r := c.do(http.MethodGet, "/console/static/", nil, nil, nil); r.status != http.StatusNotFound {
+		t.Fatalf("static directory listing: %d", r.status)
+	}
 	// The JSON admin API beside the console is unchanged.
 	if r := c.do(http.MethodGet, "/v1/operations/"+okID, nil, nil, map[string]string{"Authorization": "Bearer " + adminToken}); r.status != http.StatusOK {
 		t.Fatalf("admin API: %d", r.status)
