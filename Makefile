@@ -30,7 +30,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench bench-load bench-go soak
+.PHONY: all build run test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go soak
 
 all: lint build
 
@@ -39,6 +39,10 @@ build:
 
 services:
 	./scripts/services.sh
+
+# The console's browser test drives Debian's chromium.
+chromium:
+	./scripts/chromium.sh
 
 vet:
 	$(GO) vet ./...
@@ -59,7 +63,7 @@ staticcheck:
 
 lint: vet fmt-check staticcheck
 
-test: services lint
+test: services chromium lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 

@@ -78,6 +78,13 @@ type Settings struct {
 	// retries a delivery for at most an hour, so an older copy is not SNS's.
 	SNSConfirmationMaxAge time.Duration `envconfig:"SNS_CONFIRMATION_MAX_AGE" default:"1h" desc:"oldest SNS SubscriptionConfirmation, by its signed Timestamp, that is still confirmed; older copies are refused as replays (at most 72h, the confirmation token's life)"`
 
+	// The operator console under /console/ on the admin listener (package
+	// console); see checkConsole.
+	ConsoleEnabled    bool          `envconfig:"CONSOLE_ENABLED" default:"true" desc:"serve the operator console under /console/ on the admin listener"`
+	ConsoleAllowHTTP  bool          `envconfig:"CONSOLE_ALLOW_HTTP" default:"false" desc:"local development only: console cookies without the Secure flag, for a console reached over plain http"`
+	ConsoleSessionTTL time.Duration `envconfig:"CONSOLE_SESSION_TTL" default:"8h" desc:"how long a console login lasts (at most 168h)"`
+	ConsoleTraceURL   string        `envconfig:"CONSOLE_TRACE_URL" desc:"trace viewer link for the console, with {trace_id} where the id goes (e.g. https://grafana.example/explore?traceId={trace_id})"`
+
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
@@ -201,6 +208,7 @@ func (s Settings) Validate() error {
 			add("SNS_TRUSTED_URL_PREFIXES", "%v", err)
 		}
 	}
+	errs = append(errs, s.checkConsole()...)
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
 	}
@@ -350,6 +358,10 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.Duration("sns_confirmation_max_age", s.SNSConfirmationMaxAge),
+		slog.Bool("console_enabled", s.ConsoleEnabled),
+		slog.Bool("console_allow_http", s.ConsoleAllowHTTP),
+		slog.Duration("console_session_ttl", s.ConsoleSessionTTL),
+		slog.String("console_trace_url", s.ConsoleTraceURL),
 		slog.String("log_level", s.LogLevel.String()),
 		slog.String("instance_id", s.InstanceID),
 	)
@@ -441,6 +453,14 @@ func (s *Settings) set(key, raw string) error {
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":
 		s.SNSTrustedURLPrefixes = parseList(raw)
+	case "CONSOLE_ENABLED":
+		s.ConsoleEnabled, err = parseBool(raw)
+	case "CONSOLE_ALLOW_HTTP":
+		s.ConsoleAllowHTTP, err = parseBool(raw)
+	case "CONSOLE_SESSION_TTL":
+		s.ConsoleSessionTTL, err = parseDuration(raw)
+	case "CONSOLE_TRACE_URL":
+		s.ConsoleTraceURL = raw
 	case "LOG_LEVEL":
 		err = s.LogLevel.UnmarshalText([]byte(raw))
 	case "INSTANCE_ID":
