@@ -33,19 +33,27 @@ func findChromium(t *testing.T) string {
 	return ""
 }
 
-// screenshotDir is where the test leaves the pictures docs/console.md shows.
-const screenshotDir = "../docs/console"
+// screenshotDir is where the test leaves its pictures: the directory
+// ACKGATE_CONSOLE_SCREENSHOTS names (`make console-screenshots` points it at
+// docs/console, the pictures docs/console.md shows), or a temporary one, so
+// that an ordinary test run does not rewrite tracked files.
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("ACKGATE_CONSOLE_SCREENSHOTS"); d != "" {
+		return d
+	}
+	return t.TempDir()
+}
 
-func saveScreenshot(t *testing.T, name string, buf []byte) {
+func saveScreenshot(t *testing.T, dir, name string, buf []byte) {
 	t.Helper()
 	cfg, err := png.DecodeConfig(bytes.NewReader(buf))
 	if err != nil || cfg.Width != 1200 || cfg.Height != 800 {
 		t.Fatalf("screenshot %s: %v, %dx%d", name, err, cfg.Width, cfg.Height)
 	}
-	if err := os.MkdirAll(screenshotDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(screenshotDir, name), buf, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name), buf, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -101,13 +109,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		return v.Value
 	}
+	shots := screenshotDir(t)
 	screenshot := func(name string) {
 		t.Helper()
 		buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		if err != nil {
 			t.Fatal(err)
 		}
-		saveScreenshot(t, name, buf)
+		saveScreenshot(t, shots, name, buf)
 	}
 	base := e.admin.URL
 
