@@ -34,7 +34,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services fuzz bench bench-load bench-go bench-purge soak
+.PHONY: all build run test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak console-screenshots
 
 all: lint build
 
@@ -43,6 +43,10 @@ build:
 
 services:
 	./scripts/services.sh
+
+# The console's browser test drives Debian's chromium.
+chromium:
+	./scripts/chromium.sh
 
 vet:
 	$(GO) vet ./...
@@ -63,7 +67,7 @@ staticcheck:
 
 lint: vet fmt-check staticcheck
 
-test: services lint
+test: services chromium lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 
@@ -109,6 +113,11 @@ run: services build
 	done; \
 	echo "run: starting gateway; ingest $${GATEWAY_LISTEN_ADDR:-:8080}, admin $${GATEWAY_ADMIN_ADDR:-:8081} (token $(DEV_ADMIN_TOKEN))"; \
 	GATEWAY_ROUTES_FILE=$(ROUTES_FILE) GATEWAY_ADMIN_TOKEN=$(DEV_ADMIN_TOKEN) $(BIN_DIR)/gateway serve
+
+# The console's pictures in docs/console.md, taken by its browser test
+# (console/browser_test.go) on a real gateway; commit the PNGs it rewrites.
+console-screenshots: services chromium
+	ACKGATE_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./console/
 
 # Figures, not checks: neither is part of test, and each fails only when it
 # cannot run. Keep the machine quiet meanwhile; WAL and checkpoints are shared

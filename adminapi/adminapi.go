@@ -69,8 +69,11 @@ type EvidenceRecord struct {
 	Attempts    []gate.Attempt    `json:"attempts"`
 	Transitions []Event           `json:"transitions"`
 	DeadLetters []gate.DeadLetter `json:"dead_letters"`
-	Contract    *gate.Route       `json:"contract,omitempty"`
-	Links       map[string]string `json:"links,omitempty"`
+	// ManualInterventions are operators' resolutions, oldest first; the
+	// newest is summarised in Evidence.ManualIntervention.
+	ManualInterventions []gate.Intervention `json:"manual_interventions"`
+	Contract            *gate.Route         `json:"contract,omitempty"`
+	Links               map[string]string   `json:"links,omitempty"`
 }
 
 // EvidenceFields names each field of the minimized evidence record once, so an
@@ -155,4 +158,74 @@ type PoisonFilter struct {
 type PoisonList struct {
 	Poison     []PoisonRecord `json:"poison"`
 	NextCursor string         `json:"next_cursor,omitempty"`
+}
+
+// ResolveRequest is the body of POST /v1/operations/{id}/resolve: what an
+// operator found out about the effect, and who says so and why.
+type ResolveRequest struct {
+	Kind gate.ResolutionKind `json:"kind"`
+	// ResultID is the effect's evidence; required for "happened" and
+	// refused for the other kinds.
+	ResultID string `json:"result_id,omitempty"`
+	Reason   string `json:"reason"`
+	Actor    string `json:"actor"`
+}
+
+// ReplayRequest is the body of POST /v1/operations/{id}/replay.
+type ReplayRequest struct {
+	Reason string `json:"reason"`
+	Actor  string `json:"actor"`
+}
+
+// Who took a terminal operation out of circulation.
+const (
+	// DeadLetteredByGateway: the gateway recorded a dead letter and acked.
+	DeadLetteredByGateway = "gateway"
+	// DeadLetteredByBroker: the gateway keeps refusing it, and the broker's
+	// own dead-letter policy (a dead-letter topic, the retention limit)
+	// takes it.
+	DeadLetteredByBroker = "broker"
+)
+
+// DeadLetterEntry is one terminal record in GET /v1/dead-letters: a
+// terminal_failure operation or a conflict record.
+type DeadLetterEntry struct {
+	OperationID string     `json:"operation_id"`
+	Route       string     `json:"route"`
+	Key         string     `json:"key"`
+	State       gate.State `json:"state"`
+	// ConflictOf is set on a conflict record: the operation whose key it
+	// reused.
+	ConflictOf string `json:"conflict_of,omitempty"`
+	// MessageID is the broker message id of its first delivery, which
+	// names the message on the broker's dead-letter topic.
+	MessageID      string `json:"message_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Reason         string `json:"reason"`
+	// DeadLetteredBy is DeadLetteredByGateway or DeadLetteredByBroker.
+	DeadLetteredBy string `json:"dead_lettered_by"`
+	// Since is when it entered its terminal state; AgeSeconds is how long
+	// ago that was when the list was read.
+	Since        time.Time `json:"since"`
+	AgeSeconds   int64     `json:"age_seconds"`
+	AttemptCount int       `json:"attempt_count"`
+	// Replayable says POST /v1/operations/{id}/replay may arm it: a
+	// terminal_failure. A conflict record never is.
+	Replayable bool      `json:"replayable"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// DeadLetterFilter selects terminal records. Empty fields match all.
+type DeadLetterFilter struct {
+	Route string
+	// Limit defaults to 50 and is capped at 500.
+	Limit int
+	// Cursor is the next_cursor of the previous page.
+	Cursor string
+}
+
+// DeadLetterList is one page of terminal records, newest operation first.
+type DeadLetterList struct {
+	DeadLetters []DeadLetterEntry `json:"dead_letters"`
+	NextCursor  string            `json:"next_cursor,omitempty"`
 }

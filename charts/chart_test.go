@@ -1324,7 +1324,8 @@ func TestChartCoversEverySetting(t *testing.T) {
 	}
 	chart := map[string]bool{}
 	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}", "metricsToken: {value: metrics-token-0123456789}",
-		"keyHashSecret: {value: key-hash-secret-0123456789abcdef0123}"} {
+		"keyHashSecret: {value: key-hash-secret-0123456789abcdef0123}",
+		"console: {traceURL: 'https://traces.example.com/trace/{trace_id}'}"} {
 		for k := range envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, extra)))) {
 			chart[k] = true
 		}
@@ -1430,5 +1431,37 @@ func TestBackgroundWorkSettings(t *testing.T) {
 	}
 	if _, err := render(t, withExampleRoutes(t, "gateway: {purgeBatch: 0}")); err == nil {
 		t.Error("a purge batch of 0 was accepted")
+	}
+}
+
+// TestConsoleSettings: the operator console's values reach the gateway, and
+// a trace viewer URL without its placeholder is refused at install.
+func TestConsoleSettings(t *testing.T) {
+	t.Parallel()
+	env := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))
+	for k, want := range map[string]string{
+		"GATEWAY_CONSOLE_ENABLED": "value:true", "GATEWAY_CONSOLE_SESSION_TTL": "value:8h", "GATEWAY_CONSOLE_ALLOW_HTTP": "value:false",
+	} {
+		if env[k] != want {
+			t.Errorf("default %s = %q, want %q", k, env[k], want)
+		}
+	}
+	if _, ok := env["GATEWAY_CONSOLE_TRACE_URL"]; ok {
+		t.Error("an empty traceURL is passed on")
+	}
+	env = envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t,
+		"console: {enabled: false, sessionTTL: 1h, allowHTTP: true, traceURL: 'https://grafana.example/explore?traceId={trace_id}'}"))))
+	for k, want := range map[string]string{
+		"GATEWAY_CONSOLE_ENABLED": "value:false", "GATEWAY_CONSOLE_SESSION_TTL": "value:1h", "GATEWAY_CONSOLE_ALLOW_HTTP": "value:true",
+		"GATEWAY_CONSOLE_TRACE_URL": "value:https://grafana.example/explore?traceId={trace_id}",
+	} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q", k, env[k], want)
+		}
+	}
+	for _, bad := range []string{"console: {traceURL: 'https://grafana.example/explore'}", "console: {sessionTTL: forever}", "console: {theme: dark}"} {
+		if _, err := render(t, withExampleRoutes(t, bad)); err == nil {
+			t.Errorf("%s was accepted", bad)
+		}
 	}
 }

@@ -84,6 +84,12 @@ type Settings struct {
 	ReconcilePoll time.Duration `envconfig:"RECONCILE_POLL" default:"5s" desc:"how often each replica looks for indeterminate operations of lookup routes due for a check"`
 	PurgeInterval time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
 	PurgeBatch    int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
+	// The operator console under /console/ on the admin listener (package
+	// console); see checkConsole.
+	ConsoleEnabled    bool          `envconfig:"CONSOLE_ENABLED" default:"true" desc:"serve the operator console under /console/ on the admin listener"`
+	ConsoleAllowHTTP  bool          `envconfig:"CONSOLE_ALLOW_HTTP" default:"false" desc:"local development only: console cookies without the Secure flag, for a console reached over plain http"`
+	ConsoleSessionTTL time.Duration `envconfig:"CONSOLE_SESSION_TTL" default:"8h" desc:"how long a console login lasts (at most 168h)"`
+	ConsoleTraceURL   string        `envconfig:"CONSOLE_TRACE_URL" desc:"trace viewer link for the console, with {trace_id} where the id goes (e.g. https://grafana.example/explore?traceId={trace_id})"`
 
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
@@ -228,6 +234,7 @@ func (s Settings) Validate() error {
 			add("SNS_TRUSTED_URL_PREFIXES", "%v", err)
 		}
 	}
+	errs = append(errs, s.checkConsole()...)
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
 	}
@@ -408,6 +415,10 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("reconcile_poll", s.ReconcilePoll),
 		slog.Duration("purge_interval", s.PurgeInterval),
 		slog.Int64("purge_batch", s.PurgeBatch),
+		slog.Bool("console_enabled", s.ConsoleEnabled),
+		slog.Bool("console_allow_http", s.ConsoleAllowHTTP),
+		slog.Duration("console_session_ttl", s.ConsoleSessionTTL),
+		slog.String("console_trace_url", s.ConsoleTraceURL),
 		slog.String("log_level", s.LogLevel.String()),
 		slog.String("instance_id", s.InstanceID),
 	)
@@ -509,6 +520,14 @@ func (s *Settings) set(key, raw string) error {
 		s.PurgeInterval, err = parseDuration(raw)
 	case "PURGE_BATCH":
 		s.PurgeBatch, err = parseInt(raw)
+	case "CONSOLE_ENABLED":
+		s.ConsoleEnabled, err = parseBool(raw)
+	case "CONSOLE_ALLOW_HTTP":
+		s.ConsoleAllowHTTP, err = parseBool(raw)
+	case "CONSOLE_SESSION_TTL":
+		s.ConsoleSessionTTL, err = parseDuration(raw)
+	case "CONSOLE_TRACE_URL":
+		s.ConsoleTraceURL = raw
 	case "LOG_LEVEL":
 		err = s.LogLevel.UnmarshalText([]byte(raw))
 	case "INSTANCE_ID":

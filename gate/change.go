@@ -27,6 +27,9 @@ const (
 	ChangeRetryLater ChangeKind = "retry_later"
 	// ChangeAcked records that the acknowledging response was written.
 	ChangeAcked ChangeKind = "acked"
+	// ChangeHandoff records a handoff route's operation with its outbox
+	// entry: intent durable (pending_effect), the effect left to the relay.
+	ChangeHandoff ChangeKind = "handoff"
 	// ChangeResolve records an operator's resolution: the intervention, the
 	// path it takes, and what it grants or confirms.
 	ChangeResolve ChangeKind = "resolve"
@@ -64,6 +67,9 @@ type Change struct {
 	// DeadLetter is set on a ChangeTerminal (or an abandoning
 	// ChangeResolve) when the gateway dead-letters.
 	DeadLetter *DeadLetter
+
+	// Outbox is the entry a ChangeHandoff commits with the operation.
+	Outbox *OutboxEntry
 
 	// Intervene is set on ChangeResolve and ChangeReconcile: the writer took
 	// the lease outside any delivery.
@@ -191,6 +197,13 @@ func IndeterminateChange(w Writer, steps []Step, lane, reason string, at time.Ti
 func TerminalChange(w Writer, steps []Step, dl *DeadLetter, reason string, at time.Time) *Change {
 	c := w.change(ChangeTerminal, steps, reason, at)
 	c.DeadLetter = dl
+	return c
+}
+
+// HandoffChange commits intent with the outbox entry e, in one write.
+func HandoffChange(w Writer, steps []Step, e *OutboxEntry, reason string, at time.Time) *Change {
+	c := w.change(ChangeHandoff, steps, reason, at)
+	c.Outbox = e
 	return c
 }
 

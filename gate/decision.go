@@ -27,6 +27,13 @@ const (
 	// ActAttempt: commit the plan's path with a new attempt (and the
 	// operation's idempotency key) recorded, then call the downstream.
 	ActAttempt Action = "attempt"
+	// ActApplyLocal: a local route's ActAttempt. The attempt, the statement
+	// and its result are recorded in one transaction (Local.Apply), so the
+	// call and its evidence cannot be told apart by a crash.
+	ActApplyLocal Action = "apply_local"
+	// ActHandOff: commit the operation with an outbox entry, then ack: the
+	// relay performs the effect later, under the same rules.
+	ActHandOff Action = "hand_off"
 	// ActLookupFirst: an earlier attempt's result was lost and the provider can
 	// be asked; ask under the lease before writing anything, then AfterLookup.
 	ActLookupFirst Action = "lookup_first"
@@ -122,6 +129,8 @@ func (p Plan) Target() State {
 //	evidence                                   path                                answer
 //	new, published before the evidence horizon received → terminal_failure         dead-letter policy
 //	new                                        received → reserved → pending_effect (after the call)
+//	new, handoff route                         received → reserved → pending_effect + outbox entry  ack
+//	handed off, effect not yet confirmed       —                                   ack (the relay owns it now)
 //	key reused with another fingerprint        (a conflict record: received → conflicting) dead-letter policy
 //	confirmed, ack not yet sent                —                                   ack, then [ack_pending →] acknowledged once sent
 //	acknowledged (a redelivery: an anomaly)    —                                   ack
@@ -129,6 +138,7 @@ func (p Plan) Target() State {
 //	terminal or conflicting                    —                                   dead-letter policy
 //	open, one attempt granted (operator, lookup) [reserved →] pending_effect       (after the call)
 //	open, no attempt yet                       [reserved →] pending_effect         (after the call)
+//	  (on a local route every attempt is the statement run in the ledger's own transaction)
 //	open, last attempt failed, documented      [reserved →] pending_effect, or → terminal_failure at the limit
 //	open, last attempt's result lost           by shape: see afterLostResponse
 //
@@ -154,12 +164,21 @@ func Decide(ev Evidence) Plan {
 				fmt.Sprintf("published %s ago, before the %s evidence horizon: a missing record proves nothing", ev.Now.Sub(ev.PublishTime).Round(time.Second), r.Retention),
 				StateReceived, StateTerminalFailure))
 		}
-		return plan(ActAttempt, Nack, "new operation", StateReceived, StateReserved, StatePendingEffect)
+		if r.Shape == ShapeHandoff {
+			return handoff(ev, "new operation")
+		}
+		return plan(attemptAction(r), Nack, "new operation", StateReceived, StateReserved, StatePendingEffect)
 	}
 	if ev.Fingerprint != "" && op.Fingerprint != ev.Fingerprint {
 		return plan(ActConflict, AnswerFor(StateConflicting, r.DeadLetter),
 			fmt.Sprintf("operation key %q reused with a different fingerprint than operation %s", op.Key, op.ID),
 			StateReceived, StateConflicting)
+	}
+	if r.Shape == ShapeHandoff && op.HandedOffAt != nil && !op.State.Confirmed() {
+		// The broker was acked when the outbox entry committed; whatever the
+		// relay has reached since is its work, not a redelivery's.
+		return plan(ActAckExisting, Ack, fmt.Sprintf("handed off at %s; effect evidence pending (%s)",
+			op.HandedOffAt.UTC().Format(time.RFC3339Nano), op.State))
 	}
 	switch op.State {
 	case StateEffectConfirmed:
@@ -180,6 +199,9 @@ func Decide(ev Evidence) Plan {
 		return plan(ActHoldTerminal, AnswerFor(op.State, op.DeadLetterPolicy), "terminal: "+op.Reason)
 	}
 	// received, reserved or pending_effect: the effect question is open.
+	if r.Shape == ShapeHandoff {
+		return handoff(ev, "intent recorded, not yet handed off")
+	}
 	if op.Grant > op.AttemptCount {
 		// Evidence from outside the push path (recovery.go) says the effect
 		// did not happen: one attempt, whatever the last one's outcome.
@@ -225,6 +247,13 @@ func afterLostResponse(ev Evidence) Plan {
 			return exhaust(ev, fmt.Sprintf("attempt limit %d reached; last result unknown on a repeatable effect", r.MaxAttempts))
 		}
 		return attempt(ev, "earlier result lost: repeatable effect, repeat it")
+	case ShapeLocal:
+		// A local attempt commits with its statement or not at all, so an
+		// attempt recorded without its end applied nothing.
+		if exhausted {
+			return exhaust(ev, fmt.Sprintf("attempt limit %d reached", r.MaxAttempts))
+		}
+		return attempt(ev, "an unfinished local attempt applied nothing: run the statement again")
 	default: // ShapeUnsafe and anything unrecognised: never re-execute on a guess.
 		return indeterminate(ev, "earlier result lost on an unsafe effect: operator must settle it")
 	}
@@ -252,7 +281,7 @@ func AfterAttempt(ev Evidence, res EffectResult) Plan {
 	ev.Op = &after
 	p := Decide(ev)
 	switch p.Action {
-	case ActAttempt:
+	case ActAttempt, ActApplyLocal:
 		return plan(ActRetryLater, Nack, "attempt failed, the broker will redeliver: "+p.Reason)
 	case ActLookupFirst:
 		p.Reason = "response lost: " + p.Reason
@@ -335,7 +364,20 @@ func plan(a Action, answer Decision, reason string, path ...State) Plan {
 }
 
 func attempt(ev Evidence, reason string) Plan {
-	return plan(ActAttempt, Nack, reason, via(ev, StatePendingEffect)...)
+	return plan(attemptAction(ev.Route), Nack, reason, via(ev, StatePendingEffect)...)
+}
+
+// attemptAction is how a route's attempt is made: a local statement is run
+// in the ledger's transaction, anything else is a call.
+func attemptAction(r *Route) Action {
+	if r.Shape == ShapeLocal {
+		return ActApplyLocal
+	}
+	return ActAttempt
+}
+
+func handoff(ev Evidence, reason string) Plan {
+	return plan(ActHandOff, Ack, reason, via(ev, StatePendingEffect)...)
 }
 
 func confirm(ev Evidence, resultID, reason string) Plan {

@@ -18,6 +18,8 @@ type Gate struct {
 	Ledger       Ledger
 	Reservations Reservations
 	Effects      Effects
+	// Local runs local routes' statements; nil when no route is local.
+	Local Local
 	// Owner names this process in reservations and evidence.
 	Owner string
 	Now   func() time.Time
@@ -174,6 +176,9 @@ func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
 		return res
 	}
 	res.State = op.State
+	if d.rec == nil {
+		return res // the relay: no broker delivery to record
+	}
 	rec := *d.rec
 	rec.Decision, rec.Reason, rec.Anomaly = p.Answer, res.Reason, p.Anomaly
 	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })

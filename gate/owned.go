@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -59,6 +60,15 @@ func (o *owned) run(ctx context.Context, p Plan) (*Result, error) {
 			}
 			p = AfterAttempt(o.evidence(), o.attempt(ctx))
 			continue
+		case ActApplyLocal:
+			if o.claimed {
+				return o.refused(fmt.Errorf("gate: a second attempt planned within one delivery: %s", p.Reason))
+			}
+			settled, err := o.applyLocal(ctx, p)
+			if err != nil {
+				return o.refused(err)
+			}
+			return o.answered(settled), nil
 		}
 		if err := o.write(ctx, p); err != nil {
 			return o.refused(err)
@@ -71,7 +81,16 @@ func (o *owned) run(ctx context.Context, p Plan) (*Result, error) {
 // claim when this delivery has not written yet, a settlement of its attempt
 // afterwards. Every write carries the lease's fencing token.
 func (o *owned) write(ctx context.Context, p Plan) error {
-	now := o.g.Now()
+	c, next, err := o.change(p, o.g.Now())
+	if err != nil {
+		return err
+	}
+	return o.commit(ctx, c, next)
+}
+
+// change builds the named change that records p, and the row as it will be
+// once that change commits.
+func (o *owned) change(p Plan, now time.Time) (*Change, *Operation, error) {
 	reason := p.Reason
 	if o.claimed && o.leaseLost != nil {
 		reason += " (lease lost during the call)"
@@ -82,12 +101,16 @@ func (o *owned) write(ctx context.Context, p Plan) error {
 	}
 	steps, err := stepsAlong(from, p.Path, reason)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	next, w := o.writer(p, reason, now)
 	var c *Change
 	switch p.Action {
-	case ActAttempt:
+	case ActHandOff:
+		at := now
+		next.HandedOffAt = &at
+		c = HandoffChange(w, steps, o.outboxEntry(now), reason, now)
+	case ActAttempt, ActApplyLocal:
 		a := &Attempt{N: next.AttemptCount + 1, Kind: AttemptEffect, IdempotencyKey: next.IdempotencyKey,
 			Fence: o.lease.Fence, StartedAt: now}
 		next.AttemptCount, next.LastAttempt = a.N, a
@@ -110,19 +133,24 @@ func (o *owned) write(ctx context.Context, p Plan) error {
 	case ActRetryLater:
 		c = RetryLaterChange(w, reason, now)
 	default:
-		return fmt.Errorf("gate: no ledger change records %s", p.Action)
+		return nil, nil, fmt.Errorf("gate: no ledger change records %s", p.Action)
 	}
 	if t := p.Target(); t != "" {
 		next.State = t
 	}
 	next.Reason = c.Reason
+	return c, next, nil
+}
+
+// commit writes c, after which next is the row as this owner knows it.
+func (o *owned) commit(ctx context.Context, c *Change, next *Operation) error {
 	name := "ledger claim"
 	if o.claimed {
 		name = "ledger settle"
 	}
 	cctx, end := o.g.span(ctx, name, attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)),
 		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
-	err = o.g.Ledger.Write(cctx, c)
+	err := o.g.Ledger.Write(cctx, c)
 	end(err)
 	if err != nil {
 		return err
@@ -130,6 +158,75 @@ func (o *owned) write(ctx context.Context, p Plan) error {
 	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
 	o.op, o.claimed = next, true
 	return nil
+}
+
+// applyLocal records the attempt p plans, runs the route's statement and
+// records what the table makes of its result, in one transaction. Until
+// that commits, this owner's view of the row stays as it was: if it does
+// not, nothing happened.
+func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
+	if o.g.Local == nil {
+		return Plan{}, fmt.Errorf("gate: route %s is local and this gateway runs no local statements", o.route().Name)
+	}
+	now := o.g.Now()
+	start, started, err := o.change(p, now)
+	if err != nil {
+		return Plan{}, err
+	}
+	before, wasClaimed := o.op, o.claimed
+	var (
+		settled Plan
+		after   *Operation
+		settle  *Change
+	)
+	req := &EffectRequest{Route: o.route(), Message: o.d.msg, OperationID: started.ID,
+		IdempotencyKey: started.IdempotencyKey, Fence: o.lease.Fence}
+	cctx, end := o.g.span(ctx, "local effect", attribute.String("ackgate.operation.id", started.ID),
+		attribute.Int64("ackgate.fence", o.lease.Fence))
+	began := time.Now()
+	err = o.g.Local.Apply(cctx, start, req, func(er EffectResult) (*Change, error) {
+		// Decide as if the start had committed, which inside this
+		// transaction it has.
+		o.op, o.claimed = started, true
+		done := o.g.Now()
+		o.finished = &Attempt{N: started.AttemptCount, Kind: AttemptEffect, IdempotencyKey: started.IdempotencyKey,
+			Fence: o.lease.Fence, StartedAt: now, FinishedAt: &done, Outcome: er.Outcome,
+			StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason)}
+		settled = AfterAttempt(o.evidence(), er)
+		var err error
+		settle, after, err = o.change(settled, done)
+		o.op, o.claimed = before, wasClaimed
+		return settle, err
+	})
+	took := time.Since(began)
+	end(err)
+	o.d.downstream += took
+	if err != nil {
+		return Plan{}, err
+	}
+	if settle == nil {
+		return Plan{}, fmt.Errorf("gate: the local statement of %s was never settled", started.ID)
+	}
+	o.g.recorder().Downstream(ctx, o.route(), AttemptEffect, o.finished.Outcome, took)
+	o.g.recorder().Transitioned(ctx, o.route(), append(slices.Clone(start.Steps), settle.Steps...))
+	o.op, o.claimed = after, true
+	return settled, nil
+}
+
+// outboxEntry is the message as a handoff route's relay needs it, without
+// the route's private attributes: the outbox keeps only what the effect
+// may see.
+func (o *owned) outboxEntry(now time.Time) *OutboxEntry {
+	m := *o.d.msg
+	m.Attributes = make(map[string]string, len(o.d.msg.Attributes))
+	for k, v := range o.d.msg.Attributes {
+		if !slices.Contains(o.route().Private, k) {
+			m.Attributes[k] = v
+		}
+	}
+	m.Envelope, m.TraceParent, m.TraceState = nil, "", ""
+	return &OutboxEntry{OperationID: o.d.id.OperationID, Route: o.route().Name,
+		PublicationID: o.d.id.IdempotencyKey, Message: &m, CreatedAt: now, NextAttemptAt: now}
 }
 
 // writer is who writes p: on the first write, this delivery claiming the
@@ -145,10 +242,14 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 		next.LeaseExtensions, next.LeaseDeadline, next.LeaseLostAt = facts.Extensions, &facts.Deadline, facts.LostAt
 		return &next, Settling(o.op, o.lease.Fence, fin, answer, facts)
 	}
-	rec := *o.d.rec
-	rec.Reason, rec.Owner = bound(reason), o.lease.Owner
-	if p.Action != ActAttempt {
-		rec.Decision = p.Answer // nothing follows this commit
+	var rec *Delivery
+	if o.d.rec != nil { // the relay claims without a delivery
+		r := *o.d.rec
+		r.Reason, r.Owner = bound(reason), o.lease.Owner
+		if p.Action != ActAttempt && p.Action != ActApplyLocal {
+			r.Decision = p.Answer // nothing follows this commit
+		}
+		rec = &r
 	}
 	var next Operation
 	if o.op == nil {
@@ -156,14 +257,18 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 	} else {
 		next = *o.op
 	}
-	next.TraceID = cmp.Or(o.d.rec.TraceID, next.TraceID)
-	w := Claiming(o.op, &next, o.lease, &rec, next.TraceID)
+	if rec != nil {
+		next.TraceID = cmp.Or(rec.TraceID, next.TraceID)
+	}
+	w := Claiming(o.op, &next, o.lease, rec, next.TraceID)
 	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
 	// A copy: the renewer replaces o.lease while the call runs, and the row
 	// as written must keep the deadline this claim recorded.
 	deadline := o.lease.Expires
 	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions = &now, &deadline, 0
-	next.DeliveryCount++
+	if rec != nil {
+		next.DeliveryCount++
+	}
 	return &next, w
 }
 

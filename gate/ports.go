@@ -38,6 +38,19 @@ type Ledger interface {
 	AnswerDelivery(ctx context.Context, operationID string, a *Answer) error
 }
 
+// Local runs a local route's statement inside the ledger transaction that
+// records its evidence.
+type Local interface {
+	// Apply commits, in one transaction, start (the claim that records the
+	// attempt), the statement of req.Route.Local, and the change settle
+	// builds from the statement's result. A statement that fails is rolled
+	// back on its own and handed to settle as the attempt's outcome, so its
+	// failure is recorded and none of its effect. If anything else fails,
+	// nothing commits, the statement included, and the error says why
+	// (ErrFenced, ErrStateChanged, ErrExists as Ledger.Write).
+	Apply(ctx context.Context, start *Change, req *EffectRequest, settle func(EffectResult) (*Change, error)) error
+}
+
 // Reservations hands out short leases with fencing tokens.
 type Reservations interface {
 	// Acquire takes the lease for key when nobody holds it, in one atomic step,
@@ -118,6 +131,9 @@ type Operation struct {
 	// operation last entered the lane.
 	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
 	Checks      int        `json:"checks,omitempty"`
+	// HandedOffAt is when a handoff route's operation committed with its
+	// outbox entry: the point its broker was acked, before any effect.
+	HandedOffAt *time.Time `json:"handed_off_at,omitempty"`
 	// FirstAttemptAt anchors the provider's dedupe window.
 	FirstAttemptAt *time.Time `json:"first_attempt_at,omitempty"`
 	// LastAttempt is the newest effect attempt; Outcome "" means it was started
@@ -239,6 +255,22 @@ type Intervention struct {
 	To    State     `json:"to"`
 	Fence int64     `json:"fence"`
 	At    time.Time `json:"at"`
+}
+
+// OutboxEntry is what a handoff route keeps for its relay: the message as
+// the effect needs it, without the route's private attributes, under a
+// stable publication id (the operation's idempotency key). It is kept only
+// until the effect is evidenced.
+type OutboxEntry struct {
+	OperationID   string    `json:"operation_id"`
+	Route         string    `json:"route"`
+	PublicationID string    `json:"publication_id"`
+	Message       *Message  `json:"-"`
+	CreatedAt     time.Time `json:"created_at"`
+	// NextAttemptAt is when the relay may take the entry up again.
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+	// Passes counts the relay passes that took the entry up.
+	Passes int `json:"passes"`
 }
 
 // Answer records what a lease-taking delivery was told, once it is known.

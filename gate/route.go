@@ -65,6 +65,14 @@ const (
 	ShapeUnsafe Shape = "unsafe"
 	// ShapeRepeatable: repeating the effect is harmless (reads, rebuilds).
 	ShapeRepeatable Shape = "repeatable"
+	// ShapeHandoff: the commit of the operation with an outbox entry is what
+	// the broker's ack waits for; the gateway's relay performs the effect
+	// afterwards, under the rules of RelayShape.
+	ShapeHandoff Shape = "handoff"
+	// ShapeLocal: the effect is a SQL statement (Route.Local) run inside the
+	// transaction that records its evidence, so the two commit or roll back
+	// together and a lost response cannot exist.
+	ShapeLocal Shape = "local"
 )
 
 // DeadLetterPolicy says who takes a message the gateway will never process.
@@ -194,6 +202,10 @@ type Route struct {
 	// (ShapeIdempotent): a retry after a lost response is safe only inside it.
 	DedupeWindow time.Duration `json:"dedupe_window,omitempty"`
 
+	// Local is the statement of a ShapeLocal route.
+	Local *LocalSpec `json:"local,omitempty"`
+	// Handoff paces the relay of a ShapeHandoff route.
+	Handoff *HandoffSpec `json:"handoff,omitempty"`
 	// Reconcile is how the background reconciler works this route's
 	// indeterminate lane; only lookup routes have one.
 	Reconcile ReconcilePolicy `json:"reconcile,omitzero"`
@@ -228,4 +240,64 @@ type ReconcilePolicy struct {
 	Interval      time.Duration `json:"interval"`
 	MaxInterval   time.Duration `json:"max_interval"`
 	RatePerSecond float64       `json:"rate_per_second"`
+}
+
+// LocalSpec is a local route's effect: one statement, run in the ledger's
+// database inside the transaction that records it. Its parameters are
+// bound, in order, never spliced into the text; its one returned value is
+// the effect's evidence (the result id).
+type LocalSpec struct {
+	SQL    string       `json:"sql"`
+	Params []LocalParam `json:"params"`
+	// Role, when set, is taken with SET LOCAL ROLE for the statement only,
+	// so it runs with the privileges an operator granted that role and not
+	// the gateway's.
+	Role    string        `json:"role,omitempty"`
+	Timeout time.Duration `json:"timeout"`
+}
+
+// LocalParamKind names what a statement parameter is bound to.
+type LocalParamKind string
+
+const (
+	// ParamDataJSON: the message data as jsonb (it must be JSON).
+	ParamDataJSON LocalParamKind = "data_json"
+	// ParamDataBytes: the message data as bytea.
+	ParamDataBytes LocalParamKind = "data_bytes"
+	// ParamIdempotencyKey, ParamOperationID and ParamMessageID: text.
+	ParamIdempotencyKey LocalParamKind = "idempotency_key"
+	ParamOperationID    LocalParamKind = "operation_id"
+	ParamMessageID      LocalParamKind = "message_id"
+	// ParamAttribute: the named attribute as text (NULL when absent).
+	ParamAttribute LocalParamKind = "attribute"
+)
+
+// LocalParam is one bound parameter; Name is the attribute's, for
+// ParamAttribute only.
+type LocalParam struct {
+	Kind LocalParamKind `json:"kind"`
+	Name string         `json:"name,omitempty"`
+}
+
+// HandoffSpec paces a handoff route's relay: a documented failure or a
+// busy downstream is tried again after a wait that doubles from RetryMin
+// up to RetryMax, with jitter, so an outage is absorbed by the outbox and
+// not hammered.
+type HandoffSpec struct {
+	RetryMin time.Duration `json:"retry_min"`
+	RetryMax time.Duration `json:"retry_max"`
+}
+
+// RelayShape is how the relay treats a handoff route's downstream after a
+// lost response: asked by lookup when it can be, retried under the same key
+// inside the provider's dedupe window when it deduplicates, and otherwise
+// parked in the indeterminate lane, never blindly resent.
+func (r *Route) RelayShape() Shape {
+	switch {
+	case r.Effect.LookupURL != "":
+		return ShapeLookup
+	case r.DedupeWindow > 0:
+		return ShapeIdempotent
+	}
+	return ShapeUnsafe
 }

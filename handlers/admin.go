@@ -40,6 +40,11 @@ type AdminOptions struct {
 	MetricsToken string
 	// AuthFailures counts requests refused for their credential; optional.
 	AuthFailures AuthFailureRecorder
+	// Resolver applies operators' resolutions and replays; without it they
+	// answer 503.
+	Resolver Resolver
+	// DeadLetters lists terminal records (GET /v1/dead-letters).
+	DeadLetters DeadLetterStore
 
 	refusals *refusalLog
 }
@@ -121,17 +126,26 @@ func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRe
 	if op.State == gate.StateTerminalFailure || op.State == gate.StateConflicting || op.State == gate.StatePendingEffect || op.State == gate.StateEffectIndeterminate {
 		ev.NegativeOrDeadLetter = op.Reason
 	}
-	for _, dl := range rec.DeadLetters {
-		ev.NegativeOrDeadLetter = "dead-lettered by the gateway: " + dl.Reason
+	if op.State == gate.StateTerminalFailure || op.State == gate.StateConflicting {
+		// A replayed operation keeps its dead letter row (the log is
+		// append-only) but is no longer out of circulation.
+		for _, dl := range rec.DeadLetters {
+			ev.NegativeOrDeadLetter = "dead-lettered by the gateway: " + dl.Reason
+		}
+	}
+	if n := len(rec.Interventions); n > 0 {
+		s := interventionSummary(&rec.Interventions[n-1])
+		ev.ManualIntervention = &s
 	}
 	ev.TransitionTimes = make([]adminapi.TransitionAt, 0, len(rec.Events))
 	for _, e := range rec.Events {
 		ev.TransitionTimes = append(ev.TransitionTimes, adminapi.TransitionAt{To: e.To, At: e.At, Fence: e.Fence})
 	}
 	out := adminapi.EvidenceRecord{
-		Operation: op, Evidence: ev, Statement: gate.Statement(&op),
+		Operation: op, Evidence: ev, Statement: statement(&op, rec.Interventions),
 		Deliveries: nonNil(rec.Deliveries), Attempts: nonNil(rec.Attempts),
 		Transitions: nonNil(rec.Events), DeadLetters: nonNil(rec.DeadLetters),
+		ManualInterventions: nonNil(rec.Interventions),
 	}
 	if op.ConflictOf != "" {
 		out.Links = map[string]string{"conflict_of": "/v1/operations/" + op.ConflictOf}
@@ -153,13 +167,8 @@ func nonNil[T any](s []T) []T {
 
 func handleGetOperation(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "id")
-		if id == "" || len(id) > 64 {
-			writeProblem(w, http.StatusBadRequest, "operation id must be 1 to 64 characters")
-			return
-		}
-		if why := gate.Unstorable(id); why != "" {
-			writeProblem(w, http.StatusBadRequest, "operation id "+why)
+		id, ok := operationID(w, r)
+		if !ok {
 			return
 		}
 		rec, err := o.Evidence.Get(r.Context(), id)

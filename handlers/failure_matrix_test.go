@@ -7,7 +7,8 @@ package handlers_test
 //   - expire the lease while the first worker runs: TestStaleOwnerIsFencedAfterRedisFlush
 //   - same key, changed payload: TestSameKeyChangedPayload
 //   - malformed or unsupported messages: TestSendMalformedOrUnsupportedMessages
-//   - replay a terminally failed item: TestDownstreamFailureRetriesThenTerminal
+//   - replay a terminally failed item (a redelivery without an operator's
+//     replay): TestDownstreamFailureRetriesThenTerminal
 //   - redeliver after the ack: TestRedeliverAfterSuccessfulAcknowledgment
 // The outbox row belongs to handoff routes, which this gateway does not have yet.
 
@@ -18,11 +19,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
 	"github.com/ackgate/ackgate/storage"
@@ -296,4 +299,145 @@ func leaseRenewals(t *testing.T, e *env, want int) int {
 		return renewals >= want
 	}, func() string { return fmt.Sprintf("saw %d lease renewals, want %d; last: %s", renewals, want, problem) })
 	return renewals
+}
+
+// Replay a terminally failed item: an operator's replay arms the same
+// operation, under the same idempotency key, for exactly one new attempt,
+// which the next delivery makes however many copies arrive at once; it is
+// never a fresh operation. Under dead_letter: gateway the broker was told
+// the message is done, so the operator re-publishes it (a new message id,
+// the same key attribute); under broker the broker redelivers it. A
+// replayed attempt that fails again ends terminally again, and confirmed
+// work cannot be replayed.
+func TestReplayTerminallyFailedItem(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"gateway", "broker"} {
+		t.Run("dead_letter "+policy, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, false, routeYAML("orders", "unsafe", policy,
+				"    max_attempts: 2\n    operation_key:\n      kind: attribute\n      name: order_id\n"))
+			terminalAnswer := map[string]int{"gateway": http.StatusNoContent, "broker": http.StatusServiceUnavailable}[policy]
+			var (
+				mu  sync.Mutex
+				ops []string // X-Ackgate-Operation of each call after the replay
+			)
+
+			// A terminal 4xx, through the push path.
+			e.down.set(status(http.StatusUnprocessableEntity))
+			m := msg{ID: "m-refused", Data: "x", Attrs: map[string]string{"order_id": "o-1"}}
+			// copy is the message as it comes back: re-published with a
+			// new id, or redelivered as it was.
+			copies := 0
+			copyOf := func() msg {
+				mu.Lock()
+				defer mu.Unlock()
+				copies++
+				if policy == "gateway" {
+					return msg{ID: fmt.Sprintf("m-republished-%d", copies), Data: m.Data, Attrs: m.Attrs}
+				}
+				return m
+			}
+			wantStatus(t, e.push("orders", m), terminalAnswer)
+			id := e.opID("orders", m)
+			first := e.record(id)
+			if first.Operation.State != gate.StateTerminalFailure || len(first.Attempts) != 1 {
+				t.Fatalf("after a 422: %s with %d attempts", first.Operation.State, len(first.Attempts))
+			}
+			key := first.Operation.IdempotencyKey
+			var list adminapi.DeadLetterList
+			e.adminGet("/v1/dead-letters?route=orders", &list)
+			if len(list.DeadLetters) != 1 || list.DeadLetters[0].OperationID != id || !list.DeadLetters[0].Replayable ||
+				list.DeadLetters[0].DeadLetteredBy != policy {
+				t.Fatalf("dead letters: %+v", list)
+			}
+
+			a := e.replayOp(id, "the downstream accepts the schema since release 42", "ivy")
+			wantAnswer(t, a, http.StatusOK)
+			if a.Record.Operation.State != gate.StatePendingEffect || a.Record.Operation.Grant != 2 ||
+				len(a.Record.ManualInterventions) != 1 || a.Record.ManualInterventions[0].Kind != gate.ResolveReplay ||
+				a.Record.ManualInterventions[0].From != gate.StateTerminalFailure || a.Record.ManualInterventions[0].Actor != "ivy" {
+				t.Fatalf("after replay: %+v %+v", a.Record.Operation, a.Record.ManualInterventions)
+			}
+			if !strings.Contains(a.Record.Statement, "Operator ivy replayed it") {
+				t.Fatalf("statement: %s", a.Record.Statement)
+			}
+			e.adminGet("/v1/dead-letters?route=orders", &list)
+			if len(list.DeadLetters) != 0 {
+				t.Fatalf("a replayed operation is still listed as a dead letter: %+v", list)
+			}
+
+			// Copies of the message, at once: one new call, same operation
+			// and key; every other copy is turned away or acked.
+			release := make(chan struct{})
+			e.down.set(func(w http.ResponseWriter, r *http.Request, apply func() string) {
+				mu.Lock()
+				ops = append(ops, r.Header.Get("X-Ackgate-Operation"))
+				mu.Unlock()
+				<-release
+				answer(w, apply())
+			})
+			calls := e.down.effectCalls.Load()
+			var wg sync.WaitGroup
+			codes := make(chan int, 6)
+			for range 6 {
+				wg.Go(func() { codes <- e.push("orders", copyOf()).Status })
+			}
+			waitCalls(t, e, calls+1)
+			close(release)
+			wg.Wait()
+			close(codes)
+			for c := range codes {
+				if c != http.StatusNoContent && c != http.StatusServiceUnavailable {
+					t.Fatalf("a copy was answered %d", c)
+				}
+			}
+			wantStatus(t, e.push("orders", copyOf()), http.StatusNoContent)
+			rec := e.waitState(id, gate.StateAcknowledged)
+			if n := e.down.effectCalls.Load() - calls; n != 1 || e.down.Applied() != 1 {
+				t.Fatalf("%d new calls, %d effects applied after the replay, want 1 and 1", n, e.down.Applied())
+			}
+			keys := e.down.Keys()
+			if len(keys) != 2 || keys[0] != key || keys[1] != key || len(ops) != 1 || ops[0] != id {
+				t.Fatalf("calls went out with keys %v for operations %v, want %s for %s", keys, ops, key, id)
+			}
+			if len(rec.Attempts) != 2 || rec.Attempts[1].IdempotencyKey != key {
+				t.Fatalf("attempts %+v", rec.Attempts)
+			}
+			if all, _, err := e.ledger.List(context.Background(), adminapi.ListFilter{}); err != nil || len(all) != 1 {
+				t.Fatalf("%d operations, %v; a replay must not make a fresh one", len(all), err)
+			}
+			wantLogChained(t, rec)
+
+			// Confirmed work is never replayed.
+			e.waitDeliveries(id, 8)
+			before := e.snapshot(id)
+			wantAnswer(t, e.replayOp(id, "again", "ivy"), http.StatusConflict)
+			if e.snapshot(id) != before {
+				t.Fatal("a refused replay changed the record")
+			}
+
+			// Past the attempt limit: the replayed attempt fails again, and
+			// the operation ends terminally again instead of looping.
+			e.down.set(status(http.StatusServiceUnavailable))
+			m2 := msg{ID: "m-limit", Data: "x", Attrs: map[string]string{"order_id": "o-2"}}
+			wantStatus(t, e.push("orders", m2), http.StatusServiceUnavailable)
+			wantStatus(t, e.push("orders", m2), terminalAnswer)
+			id2 := e.opID("orders", m2)
+			if st := e.record(id2).Operation.State; st != gate.StateTerminalFailure {
+				t.Fatalf("after the limit: %s", st)
+			}
+			wantAnswer(t, e.replayOp(id2, "one more try", "ivy"), http.StatusOK)
+			calls = e.down.effectCalls.Load()
+			wantStatus(t, e.push("orders", m2), terminalAnswer)
+			wantStatus(t, e.push("orders", m2), terminalAnswer)
+			if n := e.down.effectCalls.Load() - calls; n != 1 {
+				t.Fatalf("%d calls after replaying past the limit, want exactly 1", n)
+			}
+			rec2 := e.record(id2)
+			if rec2.Operation.State != gate.StateTerminalFailure || len(rec2.Attempts) != 3 {
+				t.Fatalf("after the replayed attempt failed: %s with %d attempts", rec2.Operation.State, len(rec2.Attempts))
+			}
+			wantLogChained(t, rec2)
+		})
+	}
 }

@@ -240,10 +240,10 @@ func TestOpenAPIRouteCheckNamesWhatToChange(t *testing.T) {
 
 	grown := chi.NewRouter()
 	grown.Mount("/", handlers.NewAdmin(handlers.AdminOptions{}))
-	grown.Post("/v1/operations/{id:[a-z0-9_]+}/resolve", func(http.ResponseWriter, *http.Request) {})
+	grown.Post("/v1/operations/{id:[a-z0-9_]+}/annotate", func(http.ResponseWriter, *http.Request) {})
 	ls := append(gatewayListeners()[:1], listener{"admin", grown})
 	got := slices.DeleteFunc(routeMismatches(servedOperations(t, ls), described), func(m string) bool { return slices.Contains(before, m) })
-	want := `POST /v1/operations/{id}/resolve is served by the admin listener but missing from openapi.yaml: add paths."/v1/operations/{id}/resolve".post with tags: [admin] and security: [{adminBearer: []}], its parameters and every response status it can return`
+	want := `POST /v1/operations/{id}/annotate is served by the admin listener but missing from openapi.yaml: add paths."/v1/operations/{id}/annotate".post with tags: [admin] and security: [{adminBearer: []}], its parameters and every response status it can return`
 	if !slices.Equal(got, []string{want}) {
 		t.Fatalf("new mismatches for a router with an extra route:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), want)
 	}

@@ -43,7 +43,7 @@ const operationColumns = `o.id, o.scope_key, o.tenant, o.route, o.key_source, o.
 	o.contract_version, o.idempotency_key, o.fence, o.owner, o.lease_start, o.lease_deadline,
 	o.lease_extensions, o.lease_lost_at, o.delivery_count, o.attempt_count, o.first_attempt_at, o.result_id,
 	o.evidence_at, o.acked_at, o.reason, o.lane, o.trace_id, o.span_id, o.created_at, o.updated_at,
-	o.retain_until, o.grant_through, o.next_check_at, o.checks`
+	o.retain_until, o.grant_through, o.next_check_at, o.checks, o.handed_off_at`
 
 func operationFields(o *gate.Operation) []any {
 	return []any{&o.ID, &o.ScopeKey, &o.Tenant, &o.Route, &o.KeySource, &o.Key, &o.Fingerprint,
@@ -51,7 +51,7 @@ func operationFields(o *gate.Operation) []any {
 		&o.ContractVersion, &o.IdempotencyKey, &o.Fence, &o.Owner, &o.LeaseStart, &o.LeaseDeadline,
 		&o.LeaseExtensions, &o.LeaseLostAt, &o.DeliveryCount, &o.AttemptCount, &o.FirstAttemptAt, &o.ResultID,
 		&o.EvidenceAt, &o.AckedAt, &o.Reason, &o.Lane, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt,
-		&o.RetainUntil, &o.Grant, &o.NextCheckAt, &o.Checks}
+		&o.RetainUntil, &o.Grant, &o.NextCheckAt, &o.Checks, &o.HandedOffAt}
 }
 
 // findSQL returns the operation and its newest effect attempt in one query:
@@ -163,6 +163,9 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if c.Intervene != nil {
 		return l.intervene(ctx, c)
 	}
+	if c.Kind == gate.ChangeHandoff {
+		return l.handoff(ctx, c)
+	}
 	wire, err := encode(c)
 	if err != nil {
 		return fmt.Errorf("storage: write: %w", err)
@@ -192,6 +195,11 @@ func checkChange(c *gate.Change) error {
 	switch c.Kind {
 	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
 		gate.ChangeRetryLater, gate.ChangeAcked, gate.ChangeResolve, gate.ChangeReconcile:
+		return nil
+	case gate.ChangeHandoff:
+		if c.Outbox == nil || c.Claim == nil || c.Outbox.Message == nil || c.Outbox.OperationID != c.OperationID {
+			return errors.New("storage: write: a handoff claims the operation with its outbox entry")
+		}
 		return nil
 	}
 	return fmt.Errorf("storage: write: unknown change kind %q", c.Kind)

@@ -16,6 +16,12 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
+		// ops commands say whether a refusal, a bad request or an
+		// unavailable gateway stopped them (see cmd/gateway/recovery.go).
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) {
+			os.Exit(coded.ExitCode())
+		}
 		os.Exit(1)
 	}
 }
@@ -28,6 +34,15 @@ commands:
   check-config   validate the settings and the routes file, then exit
   ops show ID    print an operation's evidence record (from the admin API)
   ops list       list operations: -route, -state, -message_id, -key, -limit, -cursor
+  ops resolve ID --kind happened|not_happened|abandon [--result-id R] --reason TEXT [--actor NAME]
+                 record what became of an operation's effect (actor defaults to $USER)
+  ops replay ID --reason TEXT [--actor NAME]
+                 give a terminally failed operation one more attempt, same key
+  ops dead-letters
+                 list terminal operations and conflict records: -route, -limit, -cursor
+
+ops exit with 3 when the gateway refused (409: nothing changed), 4 for a bad
+request or unknown id (4xx), 5 when it is unavailable (5xx, unreachable: try again).
 
 Settings come from GATEWAY_* environment variables; "gateway help env" lists them.
 `

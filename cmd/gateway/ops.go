@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,8 +26,9 @@ import (
 // The admin URL is GATEWAY_ADMIN_URL, or http://127.0.0.1 on the port of
 // GATEWAY_ADMIN_ADDR (default :8081); the token is GATEWAY_ADMIN_TOKEN.
 func ops(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	const want = "want show, list, resolve, replay or dead-letters"
 	if len(args) == 0 {
-		return errors.New("ops: want show <id> or list [flags]")
+		return usageError("ops: " + want)
 	}
 	c, err := newAdminClient(getenv)
 	if err != nil {
@@ -37,8 +39,14 @@ func ops(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return opsShow(ctx, c, args[1:], stdout)
 	case "list":
 		return opsList(ctx, c, args[1:], stdout)
+	case "resolve":
+		return opsResolve(ctx, c, args[1:], getenv, stdout)
+	case "replay":
+		return opsReplay(ctx, c, args[1:], getenv, stdout)
+	case "dead-letters":
+		return opsDeadLetters(ctx, c, args[1:], stdout)
 	}
-	return fmt.Errorf("ops: unknown subcommand %q (want show or list)", args[0])
+	return usageError(fmt.Sprintf("ops: unknown subcommand %q (%s)", args[0], want))
 }
 
 type adminClient struct {
@@ -68,32 +76,57 @@ func newAdminClient(getenv func(string) string) (*adminClient, error) {
 }
 
 func (c *adminClient) get(ctx context.Context, path string, q url.Values, v any) error {
-	u := c.base + path
 	if len(q) > 0 {
-		u += "?" + q.Encode()
+		path += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	_, err := c.do(ctx, http.MethodGet, path, nil, v)
+	return err
+}
+
+// post sends body as JSON and decodes the answer into v, returning the
+// answer's headers.
+func (c *adminClient) post(ctx context.Context, path string, body, v any) (http.Header, error) {
+	raw, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	return c.do(ctx, http.MethodPost, path, raw, v)
+}
+
+func (c *adminClient) do(ctx context.Context, method, path string, body []byte, v any) (http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("ops: admin API: %w", err)
+		return nil, &exitError{code: exitUnavailable, err: fmt.Errorf("ops: admin API: %w", err)}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("ops: admin API: %w", err)
+		return nil, &exitError{code: exitUnavailable, err: fmt.Errorf("ops: admin API: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		var p struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(body, &p)
-		return fmt.Errorf("ops: admin API answered %d: %s", resp.StatusCode, p.Error)
+		_ = json.Unmarshal(raw, &p)
+		err := fmt.Errorf("ops: admin API answered %d: %s", resp.StatusCode, p.Error)
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			err = fmt.Errorf("%w (try again in %ss)", err, ra)
+		}
+		return nil, &exitError{code: exitCodeFor(resp.StatusCode), err: err}
 	}
-	return json.Unmarshal(body, v)
+	return resp.Header, json.Unmarshal(raw, v)
 }
 
 func opsShow(ctx context.Context, c *adminClient, args []string, stdout io.Writer) error {
@@ -129,6 +162,9 @@ func opsShow(ctx context.Context, c *adminClient, args []string, stdout io.Write
 	row("deliveries", op.DeliveryCount)
 	if ev.NegativeOrDeadLetter != "" {
 		row("reason", ev.NegativeOrDeadLetter)
+	}
+	if ev.ManualIntervention != nil {
+		row("intervention", *ev.ManualIntervention)
 	}
 	row("contract", op.ContractVersion)
 	row("retained until", op.RetainUntil.Format(time.RFC3339))

@@ -485,8 +485,8 @@ var interventionCases = []ledgerCase{
 		// A lookup numbered out of turn is refused whole.
 		t2 := next
 		if err := h.Ledger.Write(ctx, gate.ReconcileChange(intervening(op, gate.StateEffectIndeterminate, "rec-2", 4),
-			steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed), lookup(2, t2, gate.OutcomeConfirmed, "res-9"), "res-9", 0, nil, 0, "found", t2)); err == nil {
-			t.Fatal("a lookup reusing attempt number 2 was accepted")
+			steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed), lookup(2, t2, gate.OutcomeConfirmed, "res-9"), "res-9", 0, nil, 0, "found", t2)); !errors.Is(err, gate.ErrStateChanged) {
+			t.Fatalf("a lookup reusing attempt number 2: %v, want ErrStateChanged", err)
 		}
 		must(t, h.Ledger.Write(ctx, gate.ReconcileChange(intervening(op, gate.StateEffectIndeterminate, "rec-2", 4),
 			steps(t, gate.StateEffectIndeterminate, gate.StateEffectConfirmed), lookup(3, t2, gate.OutcomeConfirmed, "res-9"), "res-9", 0, nil, 0, "found", t2)))

@@ -35,6 +35,8 @@ type Snapshot struct {
 	DeadLetters []gate.DeadLetter
 	// Interventions are the operator resolutions recorded, oldest first.
 	Interventions []gate.Intervention
+	// Outbox is a handoff route's entry.
+	Outbox *gate.OutboxEntry
 }
 
 // Ledger is an in-memory gate.Ledger with the guards of the Postgres one:
@@ -103,35 +105,57 @@ func (l *Ledger) operation(s *Snapshot) *gate.Operation {
 
 // Write implements gate.Ledger.
 func (l *Ledger) Write(_ context.Context, c *gate.Change) error {
+	return l.writeAll(c)
+}
+
+// writeAll commits changes together or not at all, as one transaction.
+func (l *Ledger) writeAll(changes ...*gate.Change) error {
 	if l.BeforeWrite != nil {
-		if err := l.BeforeWrite(c); err != nil {
-			return err
+		for _, c := range changes {
+			if err := l.BeforeWrite(c); err != nil {
+				return err
+			}
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var (
-		s   *Snapshot
-		err error
-	)
-	if c.Claim != nil && c.Claim.Row != nil {
-		s, err = l.create(c)
-	} else {
-		s, err = l.apply(c)
+	staged := map[string]*Snapshot{}
+	for _, c := range changes {
+		var (
+			s   *Snapshot
+			err error
+		)
+		if c.Claim != nil && c.Claim.Row != nil {
+			s, err = l.create(c, staged)
+		} else {
+			s, err = l.apply(c, staged)
+		}
+		if err != nil {
+			return err
+		}
+		staged[s.Op.ID] = s
 	}
-	if err != nil {
-		return err
+	// Everything was checked on copies; only now does it become visible.
+	for id, s := range staged {
+		l.ops[id] = s
+		if s.Op.ConflictOf == "" {
+			l.byScope[s.Op.ScopeKey] = id
+		}
 	}
-	// Everything was checked on a copy; only now does it become visible.
-	l.ops[s.Op.ID] = s
-	if s.Op.ConflictOf == "" {
-		l.byScope[s.Op.ScopeKey] = s.Op.ID
-	}
-	l.Writes++
+	l.Writes += len(changes)
 	return nil
 }
 
-func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
+// current is the operation as the transaction under way sees it.
+func (l *Ledger) current(id string, staged map[string]*Snapshot) (*Snapshot, bool) {
+	if s, ok := staged[id]; ok {
+		return s, true
+	}
+	s, ok := l.ops[id]
+	return s, ok
+}
+
+func (l *Ledger) create(c *gate.Change, staged map[string]*Snapshot) (*Snapshot, error) {
 	row := *c.Claim.Row
 	if len(c.Steps) == 0 || row.ID != c.OperationID {
 		return nil, fmt.Errorf("%w: a creating claim needs its row and a step", ErrRefused)
@@ -139,12 +163,13 @@ func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
 	if _, ok := l.byScope[row.ScopeKey]; ok {
 		return nil, gate.ErrExists
 	}
-	if _, ok := l.ops[row.ID]; ok {
+	if _, ok := l.current(row.ID, staged); ok {
 		return nil, gate.ErrExists
 	}
 	row.State, row.ConflictOf = "", ""
 	row.DeliveryCount, row.AttemptCount, row.FirstAttemptAt = 0, 0, nil
 	row.ResultID, row.EvidenceAt, row.AckedAt, row.Lane, row.LeaseLostAt = "", nil, nil, "", nil
+	row.HandedOffAt, row.Grant, row.NextCheckAt, row.Checks = nil, 0, nil, 0
 	if row.CreatedAt.IsZero() {
 		row.CreatedAt = c.At
 	}
@@ -152,8 +177,8 @@ func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
 	return s, l.change(s, c, true)
 }
 
-func (l *Ledger) apply(c *gate.Change) (*Snapshot, error) {
-	cur, ok := l.ops[c.OperationID]
+func (l *Ledger) apply(c *gate.Change, staged map[string]*Snapshot) (*Snapshot, error) {
+	cur, ok := l.current(c.OperationID, staged)
 	if !ok || cur.Op.ConflictOf != "" {
 		return nil, gate.ErrNotFound
 	}
@@ -198,7 +223,8 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 		op.Fence, op.Owner = c.Fence, iv.Owner
 		if a := iv.Lookup; a != nil {
 			if a.N != op.AttemptCount+1 {
-				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", ErrRefused, a.N, op.AttemptCount+1)
+				// Another writer recorded an attempt since this one read the row.
+				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", gate.ErrStateChanged, a.N, op.AttemptCount+1)
 			}
 			aa := *a
 			aa.Fence = c.Fence
@@ -252,6 +278,10 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 			t := aa.StartedAt
 			op.FirstAttemptAt = &t
 		}
+	}
+	if e := c.Outbox; e != nil {
+		at, entry := c.At, *e
+		op.HandedOffAt, s.Outbox = &at, &entry
 	}
 	if dl := c.DeadLetter; dl != nil && len(s.DeadLetters) == 0 {
 		d := *dl
@@ -381,5 +411,6 @@ func clone(s *Snapshot) *Snapshot {
 		DeadLetters: slices.Clone(s.DeadLetters),
 
 		Interventions: slices.Clone(s.Interventions),
+		Outbox:        s.Outbox,
 	}
 }

@@ -43,10 +43,12 @@ var (
 	_ handlers.PoisonLog       = (*storage.PoisonLog)(nil)
 	_ handlers.PoisonStore     = (*storage.PoisonLog)(nil)
 
-	_ recovery.DueClaimer   = (*storage.Maintenance)(nil)
-	_ recovery.ExpiredStore = (*storage.Maintenance)(nil)
-	_ recovery.Forgetter    = (*storage.Reservations)(nil)
-	_ recovery.Settler      = (*gate.Gate)(nil)
+	_ recovery.DueClaimer      = (*storage.Maintenance)(nil)
+	_ recovery.ExpiredStore    = (*storage.Maintenance)(nil)
+	_ recovery.Forgetter       = (*storage.Reservations)(nil)
+	_ recovery.Settler         = (*gate.Gate)(nil)
+	_ handlers.Resolver        = (*gate.Gate)(nil)
+	_ handlers.DeadLetterStore = (*storage.Ledger)(nil)
 )
 
 // Options is what New takes from its caller; everything else is built from it.
@@ -183,10 +185,14 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
-	g.Admin = handlers.NewAdmin(handlers.AdminOptions{
+	admin := handlers.NewAdmin(handlers.AdminOptions{
 		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
 		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
+		Resolver: g.Gate, DeadLetters: g.Ledger,
 	})
+	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -1,0 +1,217 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ackgate/ackgate/adminapi"
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/internal/wiring"
+	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
+)
+
+const (
+	adminToken   = "console-test-admin-token-0123"
+	metricsToken = "console-test-metrics-token-456"
+	traceURL     = "https://traces.example/trace/{trace_id}"
+)
+
+// downstream is a real effect server: the "orders" route's effects succeed
+// with a result id; the "payments" route's are applied and then the
+// connection is cut, so their result is lost and, the route being unsafe,
+// the operation is indeterminate at once.
+type downstream struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	n   int
+}
+
+func newDownstream(t testing.TB) *downstream {
+	d := &downstream{}
+	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		d.mu.Lock()
+		d.n++
+		id := fmt.Sprintf("res-%d", d.n)
+		d.mu.Unlock()
+		if strings.HasSuffix(r.URL.Path, "/lost") {
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				panic("no hijacker")
+			}
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("X-Result-Id", id)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(d.srv.Close)
+	return d
+}
+
+const routesYAML = `routes:
+  - name: orders
+    broker: pubsub
+    auth: none
+    shape: idempotent
+    dedupe_window: 1h
+    dead_letter: gateway
+    effect:
+      url: {{DOWN}}/effects/ok
+      result_id_header: X-Result-Id
+  - name: payments
+    broker: pubsub
+    auth: none
+    shape: unsafe
+    dead_letter: gateway
+    effect:
+      url: {{DOWN}}/effects/lost
+      result_id_header: X-Result-Id
+      headers:
+        Authorization: Bearer downstream-credential-never-shown
+`
+
+// env is a gateway built by package wiring, as `gateway serve` builds it,
+// on a fresh database and a private Redis.
+type env struct {
+	t      testing.TB
+	gw     *wiring.Gateway
+	ledger *storage.Ledger
+	routes map[string]*gate.Route
+	ingest *httptest.Server
+	admin  *httptest.Server
+}
+
+func newEnv(t testing.TB, vars map[string]string) *env {
+	t.Helper()
+	ctx := context.Background()
+	tel, err := telemetry.WithPrometheus(sdktrace.NewTracerProvider(), resource.Empty())
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := newDownstream(t)
+	dbURL := testenv.DatabaseURL(t)
+	if err := storage.Migrate(ctx, dbURL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	environ := map[string]string{
+		"GATEWAY_DATABASE_URL":      dbURL,
+		"GATEWAY_REDIS_URL":         "redis://" + testenv.Redis(t),
+		"GATEWAY_ADMIN_TOKEN":       adminToken,
+		"GATEWAY_METRICS_TOKEN":     metricsToken,
+		"GATEWAY_INSTANCE_ID":       "console-test",
+		"GATEWAY_CONSOLE_TRACE_URL": traceURL,
+	}
+	maps.Copy(environ, vars)
+	getenv := func(k string) string { return environ[k] }
+	settings, err := config.LoadSettings(getenv)
+	if err != nil {
+		t.Fatalf("settings: %v", err)
+	}
+	routes, err := config.ParseRoutes([]byte(strings.ReplaceAll(routesYAML, "{{DOWN}}", down.srv.URL)))
+	if err != nil {
+		t.Fatalf("routes: %v", err)
+	}
+	e := &env{t: t, routes: map[string]*gate.Route{}}
+	for _, r := range routes {
+		e.routes[r.Name] = r
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gw, err := wiring.New(ctx, wiring.Options{Settings: settings, Routes: routes, Getenv: getenv, Logger: log, Telemetry: tel})
+	if err != nil {
+		t.Fatalf("wiring: %v", err)
+	}
+	t.Cleanup(gw.Close)
+	e.gw, e.ledger = gw, gw.Ledger
+	e.ingest = httptest.NewServer(gw.Ingest)
+	t.Cleanup(e.ingest.Close)
+	e.admin = httptest.NewServer(gw.Admin)
+	t.Cleanup(e.admin.Close)
+	return e
+}
+
+// push sends a Pub/Sub push envelope and returns the operation id the
+// gateway derives for it, and the status.
+func (e *env) push(route, messageID, data string, attrs map[string]string) (string, int) {
+	e.t.Helper()
+	sub := "projects/p/subscriptions/" + route
+	body, _ := json.Marshal(map[string]any{
+		"message": map[string]any{
+			"data": base64.StdEncoding.EncodeToString([]byte(data)), "attributes": attrs,
+			"messageId": messageID, "publishTime": time.Now().UTC().Format(time.RFC3339Nano),
+		},
+		"subscription": sub,
+	})
+	resp, err := http.Post(e.ingest.URL+"/v1/push/pubsub/"+route, "application/json", bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatalf("push: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	r := e.routes[route]
+	id, err := gate.Identify(r, &gate.Message{Broker: r.Broker, Source: sub, MessageID: messageID, Data: []byte(data), Attributes: attrs})
+	if err != nil {
+		e.t.Fatalf("identify: %v", err)
+	}
+	return id.OperationID, resp.StatusCode
+}
+
+func (e *env) record(id string) *adminapi.Record {
+	e.t.Helper()
+	rec, err := e.ledger.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", id, err)
+	}
+	return rec
+}
+
+// waitState waits for post-ack bookkeeping, which follows the response.
+func (e *env) waitState(id string, want gate.State) *adminapi.Record {
+	e.t.Helper()
+	var rec *adminapi.Record
+	testenv.Eventually(e.t, 10*time.Second, func() bool { rec = e.record(id); return rec.Operation.State == want },
+		func() string { return fmt.Sprintf("operation %s stayed %s, want %s", id, rec.Operation.State, want) })
+	return rec
+}
+
+// indeterminate pushes a payments message, whose result is lost.
+func (e *env) indeterminate(messageID string) string {
+	e.t.Helper()
+	id, status := e.push("payments", messageID, `{"amount": 1200, "card": "4111-SECRET"}`, map[string]string{"event_type": "charge"})
+	if status != http.StatusServiceUnavailable {
+		e.t.Fatalf("lost response answered %d, want 503", status)
+	}
+	e.waitState(id, gate.StateEffectIndeterminate)
+	return id
+}
+
+// confirmed pushes an orders message, which the downstream applies.
+func (e *env) confirmed(messageID string) string {
+	e.t.Helper()
+	id, status := e.push("orders", messageID, `{"order": 42, "note": "SECRET-PAYLOAD-77"}`, map[string]string{"event_type": "created"})
+	if status != http.StatusNoContent {
+		e.t.Fatalf("orders push answered %d, want 204", status)
+	}
+	e.waitState(id, gate.StateAcknowledged)
+	return id
+}

@@ -1,0 +1,281 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/ackgate/ackgate/adminapi"
+	"github.com/ackgate/ackgate/gate"
+)
+
+// lane is one tab of the lanes page.
+type lane struct {
+	State gate.State
+	Title string
+}
+
+// lanes are the queues an operator works through, in the order shown.
+var lanes = []lane{
+	{gate.StateEffectIndeterminate, "Indeterminate"},
+	{gate.StateTerminalFailure, "Terminal / dead letters"},
+	{gate.StateConflicting, "Conflicts"},
+}
+
+func laneStates() []gate.State {
+	out := make([]gate.State, len(lanes))
+	for i, l := range lanes {
+		out[i] = l.State
+	}
+	return out
+}
+
+type lanesPage struct {
+	Lanes      []lane
+	States     []gate.State
+	Routes     []string
+	Counts     []routeCounts
+	State      gate.State
+	Route      string
+	MessageID  string
+	Cursor     string
+	Entries    []laneRow
+	Next       string
+	Problem    string
+	CountCap   bool
+	ShowOutbox bool
+}
+
+type routeCounts struct {
+	Route string
+	Cells []countCell
+}
+
+type countCell struct {
+	Lane   string
+	N      int64
+	Capped bool
+}
+
+type laneRow struct {
+	adminapi.LaneEntry
+	Age         string
+	InLaneSince string
+}
+
+const pageSize = 50
+
+func (c *Console) routeNames() []string {
+	out := make([]string, 0, len(c.o.Routes))
+	for _, r := range c.o.Routes {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func (c *Console) hasHandoff() bool {
+	for _, r := range c.o.Routes {
+		if r.Shape == gate.ShapeHandoff {
+			return true
+		}
+	}
+	return false
+}
+
+// lanes: a lane's operations oldest first, by route and message id, a page
+// at a time; above them each route's count per lane.
+func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := lanesPage{
+		Lanes: lanes, States: gate.States, Routes: c.routeNames(),
+		State: gate.State(q.Get("state")), Route: q.Get("route"), MessageID: q.Get("message_id"), Cursor: q.Get("cursor"),
+		ShowOutbox: c.hasHandoff(),
+	}
+	if q.Get("state") == "" && p.MessageID == "" {
+		p.State = gate.StateEffectIndeterminate
+	}
+	if p.State != "" && !p.State.Valid() {
+		c.render(w, r, http.StatusBadRequest, "error.html", errorPage{Title: "Unknown state", Message: "Pick a state from the list."})
+		return
+	}
+	for _, v := range []string{p.Route, p.MessageID, p.Cursor} {
+		if len(v) > 1024 || gate.Unstorable(v) != "" {
+			c.render(w, r, http.StatusBadRequest, "error.html", errorPage{Title: "Bad filter", Message: "A filter is too long or holds characters the ledger cannot."})
+			return
+		}
+	}
+	status := http.StatusOK
+	counts, err := c.o.Ledger.LaneTotals(r.Context(), p.Routes, laneStates())
+	if err != nil {
+		c.o.Logger.ErrorContext(r.Context(), "console: lane totals failed", "err", err)
+		p.Problem, status = "The ledger did not answer; counts and entries may be missing.", http.StatusServiceUnavailable
+	}
+	p.Counts = groupCounts(p.Routes, counts, p.ShowOutbox)
+	for _, n := range counts {
+		p.CountCap = p.CountCap || n.Capped
+	}
+	if p.Problem == "" {
+		if p.State == "" {
+			// Every state: only with a message id, which narrows the search to
+			// that message's few operations.
+			p.Entries, p.Next, err = c.everyState(r, p)
+		} else {
+			var page adminapi.LanePage
+			page, err = c.o.Ledger.LanePage(r.Context(), adminapi.LaneFilter{State: p.State, Route: p.Route,
+				MessageID: p.MessageID, Cursor: p.Cursor, Limit: pageSize})
+			p.Entries, p.Next = c.rows(page.Entries), page.Next
+		}
+		switch {
+		case errors.Is(err, adminapi.ErrInvalidFilter):
+			p.Problem, status = "That page link is not valid any more; start from the first page.", http.StatusBadRequest
+		case err != nil:
+			c.o.Logger.ErrorContext(r.Context(), "console: lane failed", "err", err)
+			p.Problem, status = "The ledger did not answer.", http.StatusServiceUnavailable
+		}
+	}
+	c.render(w, r, status, "lanes.html", p)
+}
+
+// everyState finds a message id's operations whatever their state.
+func (c *Console) everyState(r *http.Request, p lanesPage) ([]laneRow, string, error) {
+	var all []adminapi.LaneEntry
+	for _, s := range gate.States {
+		page, err := c.o.Ledger.LanePage(r.Context(), adminapi.LaneFilter{State: s, Route: p.Route, MessageID: p.MessageID, Limit: pageSize})
+		if err != nil {
+			return nil, "", err
+		}
+		all = append(all, page.Entries...)
+	}
+	slices.SortFunc(all, func(a, b adminapi.LaneEntry) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return c.rows(all), "", nil
+}
+
+func (c *Console) rows(entries []adminapi.LaneEntry) []laneRow {
+	now := c.o.Now()
+	out := make([]laneRow, len(entries))
+	for i, e := range entries {
+		out[i] = laneRow{LaneEntry: e, Age: age(now, e.CreatedAt), InLaneSince: age(now, e.UpdatedAt)}
+	}
+	return out
+}
+
+func groupCounts(routes []string, counts []adminapi.LaneCount, outbox bool) []routeCounts {
+	out := make([]routeCounts, 0, len(routes))
+	for _, route := range routes {
+		rc := routeCounts{Route: route}
+		for _, l := range lanes {
+			rc.Cells = append(rc.Cells, cell(counts, route, string(l.State)))
+		}
+		if outbox {
+			rc.Cells = append(rc.Cells, cell(counts, route, adminapi.LaneOutbox))
+		}
+		out = append(out, rc)
+	}
+	return out
+}
+
+func cell(counts []adminapi.LaneCount, route, lane string) countCell {
+	for _, n := range counts {
+		if n.Route == route && n.Lane == lane {
+			return countCell{Lane: lane, N: n.N, Capped: n.Capped}
+		}
+	}
+	return countCell{Lane: lane}
+}
+
+type outboxPage struct {
+	Routes  []string
+	Route   string
+	Cursor  string
+	Entries []outboxRow
+	Next    string
+	Problem string
+}
+
+type outboxRow struct {
+	gate.OutboxEntry
+	Age string
+}
+
+// outbox: a handoff route's entries that the relay has not delivered yet,
+// the soonest due first. Ids and schedule only: never the message.
+func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := outboxPage{Routes: c.routeNames(), Route: q.Get("route"), Cursor: q.Get("cursor")}
+	for _, v := range []string{p.Route, p.Cursor} {
+		if len(v) > 1024 || gate.Unstorable(v) != "" {
+			c.render(w, r, http.StatusBadRequest, "error.html", errorPage{Title: "Bad filter", Message: "A filter is too long or holds characters the ledger cannot."})
+			return
+		}
+	}
+	status := http.StatusOK
+	page, err := c.o.Ledger.OutboxPage(r.Context(), adminapi.OutboxFilter{Route: p.Route, Cursor: p.Cursor, Limit: pageSize})
+	switch {
+	case errors.Is(err, adminapi.ErrInvalidFilter):
+		p.Problem, status = "That page link is not valid any more; start from the first page.", http.StatusBadRequest
+	case err != nil:
+		c.o.Logger.ErrorContext(r.Context(), "console: outbox failed", "err", err)
+		p.Problem, status = "The ledger did not answer.", http.StatusServiceUnavailable
+	}
+	now := c.o.Now()
+	for _, e := range page.Entries {
+		p.Entries = append(p.Entries, outboxRow{OutboxEntry: e, Age: age(now, e.CreatedAt)})
+	}
+	p.Next = page.Next
+	c.render(w, r, status, "outbox.html", p)
+}
+
+type routesPage struct {
+	Routes []routeView
+}
+
+type routeView struct {
+	Name   string
+	Fields []contractField
+}
+
+type contractField struct {
+	Name  string
+	Value string
+}
+
+// routesPage: every route's contract, field by field, as GET /v1/routes
+// shows it: the effect's header values hidden, since they often carry the
+// downstream's credentials.
+func (c *Console) routesPage(w http.ResponseWriter, r *http.Request) {
+	var p routesPage
+	for _, rt := range c.o.Routes {
+		v := *rt
+		if len(rt.Effect.Headers) > 0 {
+			v.Effect.Headers = make(map[string]string, len(rt.Effect.Headers))
+			for k := range rt.Effect.Headers {
+				v.Effect.Headers[k] = "(redacted)"
+			}
+		}
+		raw, err := json.Marshal(v)
+		var fields map[string]json.RawMessage
+		if err == nil {
+			err = json.Unmarshal(raw, &fields)
+		}
+		if err != nil {
+			c.o.Logger.ErrorContext(r.Context(), "console: route contract", "route", rt.Name, "err", err)
+			continue
+		}
+		rv := routeView{Name: rt.Name}
+		for _, name := range sortedKeys(fields) {
+			rv.Fields = append(rv.Fields, contractField{Name: name, Value: string(fields[name])})
+		}
+		p.Routes = append(p.Routes, rv)
+	}
+	c.render(w, r, http.StatusOK, "routes.html", p)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,329 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ackgate/ackgate/console"
+	"github.com/ackgate/ackgate/gate"
+)
+
+// client talks to the console like a browser without script would, with
+// cookies handled by hand so a test decides exactly what each request
+// carries.
+type client struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+func newClient(t *testing.T, base string) *client {
+	return &client{t: t, base: base, hc: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+type resp struct {
+	status  int
+	header  http.Header
+	body    string
+	cookies []*http.Cookie
+}
+
+func (c *client) do(method, path string, form url.Values, cookies []*http.Cookie, header map[string]string) resp {
+	c.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, c.base+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	for _, ck := range cookies {
+		req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
+	}
+	r, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return resp{status: r.StatusCode, header: r.Header, body: string(b), cookies: r.Cookies()}
+}
+
+func cookie(cs []*http.Cookie, name string) *http.Cookie {
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+var (
+	loginNonceRE = regexp.MustCompile(`name="login_csrf" value="([^"]+)"`)
+	csrfRE       = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+)
+
+// login goes through the form as a browser would and returns the session
+// cookie and the page's CSRF token.
+func (c *client) login(name, token string) (resp, *http.Cookie, string) {
+	c.t.Helper()
+	form := c.do(http.MethodGet, "/console/login", nil, nil, nil)
+	m := loginNonceRE.FindStringSubmatch(form.body)
+	if form.status != http.StatusOK || m == nil || cookie(form.cookies, "ackgate_console_login") == nil {
+		c.t.Fatalf("login form: %d %v\n%s", form.status, form.cookies, form.body)
+	}
+	r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {m[1]}, "name": {name}, "token": {token}},
+		[]*http.Cookie{cookie(form.cookies, "ackgate_console_login")}, nil)
+	s := cookie(r.cookies, "ackgate_console")
+	if s == nil || s.Value == "" {
+		return r, nil, ""
+	}
+	page := c.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{s}, nil)
+	cm := csrfRE.FindStringSubmatch(page.body)
+	if page.status != http.StatusOK || cm == nil {
+		c.t.Fatalf("lanes after login: %d\n%s", page.status, page.body)
+	}
+	return r, s, cm[1]
+}
+
+func (e *env) interventions(id string) int {
+	return len(e.record(id).Interventions)
+}
+
+// A request without the session cookie, or with a missing or wrong CSRF
+// token, changes nothing; the metrics token opens nothing; refusals are
+// counted like the admin API's.
+func TestSessionAndCSRF(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil) // the default: Secure cookies
+	c := newClient(t, e.admin.URL)
+	id := e.indeterminate("sec-1")
+	resolvePath := "/console/operations/" + id + "/resolve"
+	valid := url.Values{"kind": {"not_happened"}, "reason": {"checked with the provider"}}
+
+	unchanged := func(what string) {
+		t.Helper()
+		rec := e.record(id)
+		if rec.Operation.State != gate.StateEffectIndeterminate || len(rec.Interventions) != 0 {
+			t.Fatalf("%s changed the ledger: %s, %d interventions", what, rec.Operation.State, len(rec.Interventions))
+		}
+	}
+
+	// No session: pages send to the login form, a POST is refused.
+	if r := c.do(http.MethodGet, "/console/lanes", nil, nil, nil); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/login" {
+		t.Fatalf("lanes without a session: %d %s", r.status, r.header.Get("Location"))
+	}
+	if r := c.do(http.MethodPost, resolvePath, valid, nil, nil); r.status != http.StatusForbidden {
+		t.Fatalf("resolve without a session: %d", r.status)
+	}
+	unchanged("a POST without a session")
+	// A bearer token is not a session: neither the admin nor the metrics token opens a page.
+	for _, tok := range []string{adminToken, metricsToken} {
+		if r := c.do(http.MethodGet, "/console/lanes", nil, nil, map[string]string{"Authorization": "Bearer " + tok}); r.status != http.StatusSeeOther {
+			t.Fatalf("bearer token opened the console: %d", r.status)
+		}
+	}
+
+	// The metrics token, and a wrong token, do not log in, and are counted.
+	for _, tok := range []string{metricsToken, "wrong-token-0123456789", ""} {
+		r, s, _ := c.login("mallory", tok)
+		if r.status != http.StatusUnauthorized || s != nil {
+			t.Fatalf("login with %q: %d, session %v", tok, r.status, s)
+		}
+	}
+	metrics := c.do(http.MethodGet, "/metrics", nil, nil, map[string]string{"Authorization": "Bearer " + metricsToken})
+	if !regexp.MustCompile(`ackgate_admin_auth_failures_total\{[^}]*endpoint="console"[^}]*reason="wrong_token"[^}]*\} 2`).MatchString(metrics.body) ||
+		!regexp.MustCompile(`ackgate_admin_auth_failures_total\{[^}]*endpoint="console"[^}]*reason="missing"[^}]*\} 1`).MatchString(metrics.body) {
+		t.Fatalf("console login refusals not counted:\n%s", grep(metrics.body, "auth_failures"))
+	}
+
+	// The login form's own CSRF value must match its cookie.
+	form := c.do(http.MethodGet, "/console/login", nil, nil, nil)
+	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {"forged"}, "name": {"eve"}, "token": {adminToken}},
+		[]*http.Cookie{cookie(form.cookies, "ackgate_console_login")}, nil); r.status != http.StatusForbidden || cookie(r.cookies, "ackgate_console") != nil {
+		t.Fatalf("login with a forged login_csrf: %d", r.status)
+	}
+	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {loginNonceRE.FindStringSubmatch(form.body)[1]}, "name": {"eve"}, "token": {adminToken}},
+		nil, nil); r.status != http.StatusForbidden || cookie(r.cookies, "ackgate_console") != nil {
+		t.Fatalf("login without the login cookie: %d", r.status)
+	}
+
+	// A real login: the cookie's attributes.
+	r, sess, csrf := c.login("alice", adminToken)
+	if r.status != http.StatusSeeOther || sess == nil {
+		t.Fatalf("login: %d\n%s", r.status, r.body)
+	}
+	if !sess.HttpOnly || !sess.Secure || sess.SameSite != http.SameSiteStrictMode || sess.MaxAge <= 0 || sess.Path != "/console/" {
+		t.Fatalf("session cookie attributes: %+v", sess)
+	}
+	// A second session, whose CSRF token must not work in the first.
+	_, sess2, csrf2 := c.login("bob", adminToken)
+	if csrf2 == csrf {
+		t.Fatal("two sessions share a CSRF token")
+	}
+
+	for _, tc := range []struct {
+		name    string
+		form    url.Values
+		cookies []*http.Cookie
+		header  map[string]string
+	}{
+		{"no CSRF token", valid, []*http.Cookie{sess}, nil},
+		{"a wrong CSRF token", with(valid, "csrf", "AAAA"+csrf[4:]), []*http.Cookie{sess}, nil},
+		{"another session's CSRF token", with(valid, "csrf", csrf2), []*http.Cookie{sess}, nil},
+		{"a tampered cookie", with(valid, "csrf", csrf), []*http.Cookie{{Name: "ackgate_console", Value: "x" + sess.Value[1:]}}, nil},
+		{"a cross-site request", with(valid, "csrf", csrf), []*http.Cookie{sess}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"a foreign origin", with(valid, "csrf", csrf), []*http.Cookie{sess}, map[string]string{"Origin": "https://evil.example"}},
+	} {
+		r := c.do(http.MethodPost, resolvePath, tc.form, tc.cookies, tc.header)
+		if r.status != http.StatusForbidden {
+			t.Fatalf("%s: %d, want 403\n%s", tc.name, r.status, r.body)
+		}
+		unchanged(tc.name)
+	}
+	// Logging out needs the token too.
+	if r := c.do(http.MethodPost, "/console/logout", url.Values{}, []*http.Cookie{sess2}, nil); r.status != http.StatusForbidden {
+		t.Fatalf("logout without CSRF: %d", r.status)
+	}
+
+	// With both, the resolution goes through the gate, as alice.
+	r = c.do(http.MethodPost, resolvePath, with(valid, "csrf", csrf), []*http.Cookie{sess}, nil)
+	if r.status != http.StatusSeeOther || !strings.HasSuffix(r.header.Get("Location"), "?done=changed") {
+		t.Fatalf("resolve: %d %s\n%s", r.status, r.header.Get("Location"), r.body)
+	}
+	rec := e.record(id)
+	if rec.Operation.State != gate.StatePendingEffect || len(rec.Interventions) != 1 ||
+		rec.Interventions[0].Actor != "console:alice" || rec.Interventions[0].Kind != gate.ResolveNotHappened ||
+		rec.Interventions[0].Reason != "checked with the provider" {
+		t.Fatalf("after resolve: %s %+v", rec.Operation.State, rec.Interventions)
+	}
+	// The gate's rules hold: a reason is required, and the same state does
+	// not take the resolution twice.
+	id2 := e.indeterminate("sec-2")
+	r = c.do(http.MethodPost, "/console/operations/"+id2+"/resolve", url.Values{"kind": {"abandon"}, "reason": {"  "}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusBadRequest || e.interventions(id2) != 0 || !strings.Contains(r.body, "reason is required") {
+		t.Fatalf("resolution without a reason: %d\n%s", r.status, grep(r.body, "problem"))
+	}
+	r = c.do(http.MethodPost, resolvePath, url.Values{"kind": {"abandon"}, "reason": {"again"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusConflict || e.interventions(id) != 1 {
+		t.Fatalf("abandoning a pending operation: %d\n%s", r.status, grep(r.body, "problem"))
+	}
+
+	// Replaying a dead letter: the same form handler, the gate's replay.
+	id3 := e.indeterminate("sec-3")
+	if _, _, err := e.gw.Gate.Resolve(t.Context(), id3, gate.Resolution{Kind: gate.ResolveAbandon, Reason: "setup", Actor: "test:setup"}); err != nil {
+		t.Fatal(err)
+	}
+	page := c.do(http.MethodGet, "/console/operations/"+id3, nil, []*http.Cookie{sess}, nil)
+	if !strings.Contains(page.body, `id="replay"`) || strings.Contains(page.body, `id="resolve"`) {
+		t.Fatalf("a terminal operation's page does not offer replay (and only replay or happened)")
+	}
+	r = c.do(http.MethodPost, "/console/operations/"+id3+"/resolve", url.Values{"kind": {"replay"}, "reason": {"downstream fixed"}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusForbidden || e.record(id3).Operation.State != gate.StateTerminalFailure {
+		t.Fatalf("replay without CSRF: %d", r.status)
+	}
+	r = c.do(http.MethodPost, "/console/operations/"+id3+"/resolve", url.Values{"kind": {"replay"}, "reason": {"downstream fixed"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if rec := e.record(id3); r.status != http.StatusSeeOther || rec.Operation.State != gate.StatePendingEffect ||
+		len(rec.Interventions) != 2 || rec.Interventions[1].Kind != gate.ResolveReplay || rec.Interventions[1].Actor != "console:alice" {
+		t.Fatalf("replay: %d, %s %+v", r.status, rec.Operation.State, rec.Interventions)
+	}
+
+	// Logout ends the browser's session.
+	r = c.do(http.MethodPost, "/console/logout", url.Values{"csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if out := cookie(r.cookies, "ackgate_console"); r.status != http.StatusSeeOther || out == nil || out.MaxAge >= 0 {
+		t.Fatalf("logout: %d %+v", r.status, out)
+	}
+}
+
+func with(v url.Values, k, val string) url.Values {
+	out := url.Values{}
+	for key, vs := range v {
+		out[key] = append([]string(nil), vs...)
+	}
+	out.Set(k, val)
+	return out
+}
+
+func grep(s, word string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// Every page carries the policy, none has a script, and none shows message
+// data or the downstream's credentials: only ids and fingerprints.
+func TestPagesShowNoMessageDataAndNoScript(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]string{"GATEWAY_CONSOLE_ALLOW_HTTP": "true"})
+	c := newClient(t, e.admin.URL)
+	okID := e.confirmed("data-1")
+	lostID := e.indeterminate("data-2")
+	_, sess, _ := c.login("carol", adminToken)
+	if sess == nil || sess.Secure {
+		t.Fatalf("with GATEWAY_CONSOLE_ALLOW_HTTP the cookie is not Secure: %+v", sess)
+	}
+	secrets := []string{"SECRET-PAYLOAD-77", "4111-SECRET", "downstream-credential-never-shown", adminToken, metricsToken}
+	for _, p := range []string{"/console/lanes", "/console/lanes?state=effect_indeterminate&route=payments",
+		"/console/lanes?message_id=data-1", "/console/outbox", "/console/routes",
+		"/console/operations/" + okID, "/console/operations/" + lostID, "/console/login", "/console/nowhere"} {
+		r := c.do(http.MethodGet, p, nil, []*http.Cookie{sess}, nil)
+		if r.status != http.StatusOK && !(p == "/console/nowhere" && r.status == http.StatusNotFound) && !(p == "/console/login" && r.status == http.StatusSeeOther) {
+			t.Fatalf("%s: %d\n%s", p, r.status, r.body)
+		}
+		if got := r.header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy || !strings.Contains(got, "default-src 'none'") {
+			t.Fatalf("%s: CSP %q", p, got)
+		}
+		if strings.Contains(strings.ToLower(r.body), "<script") || strings.Contains(r.body, " style=") {
+			t.Fatalf("%s has a script or an inline style", p)
+		}
+		for _, s := range secrets {
+			if strings.Contains(r.body, s) {
+				t.Fatalf("%s shows %q", p, s)
+			}
+		}
+	}
+	// The message id finds the operation whatever its state.
+	if r := c.do(http.MethodGet, "/console/lanes?message_id=data-1", nil, []*http.Cookie{sess}, nil); !strings.Contains(r.body, okID) {
+		t.Fatalf("search by message id did not find %s", okID)
+	}
+	// The record's fingerprint is shown, the trace id links to the viewer.
+	rec := e.record(okID)
+	r := c.do(http.MethodGet, "/console/operations/"+okID, nil, []*http.Cookie{sess}, nil)
+	if !strings.Contains(r.body, rec.Operation.Fingerprint) || rec.Operation.TraceID == "" ||
+		!strings.Contains(r.body, `href="https://traces.example/trace/`+rec.Operation.TraceID+`"`) {
+		t.Fatalf("operation page lacks the fingerprint or the trace link\n%s", grep(r.body, "trace"))
+	}
+	if r := c.do(http.MethodGet, "/console/operations/op_nope", nil, []*http.Cookie{sess}, nil); r.status != http.StatusNotFound {
+		t.Fatalf("unknown operation: %d", r.status)
+	}
+	if r := c.do(http.MethodGet, "/console/lanes?cursor=%25%25", nil, []*http.Cookie{sess}, nil); r.status != http.StatusBadRequest {
+		t.Fatalf("bad cursor: %d", r.status)
+	}
+	if r := c.do(http.MethodGet, "/console/static/console.css", nil, nil, nil); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/css") {
+		t.Fatalf("stylesheet: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	if r := c.do(http.MethodGet, "/console/static/", nil, nil, nil); r.status != http.StatusNotFound {
+		t.Fatalf("static directory listing: %d", r.status)
+	}
+	// The JSON admin API beside the console is unchanged.
+	if r := c.do(http.MethodGet, "/v1/operations/"+okID, nil, nil, map[string]string{"Authorization": "Bearer " + adminToken}); r.status != http.StatusOK {
+		t.Fatalf("admin API: %d", r.status)
+	}
+}

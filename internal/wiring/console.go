@@ -1,0 +1,36 @@
+package wiring
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/ackgate/ackgate/config"
+	"github.com/ackgate/ackgate/console"
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/storage"
+	"github.com/ackgate/ackgate/telemetry"
+)
+
+var (
+	_ console.Ledger              = (*storage.Ledger)(nil)
+	_ console.Resolver            = (*gate.Gate)(nil)
+	_ console.AuthFailureRecorder = (*telemetry.Metrics)(nil)
+)
+
+// withConsole puts the operator console beside the admin API on the admin
+// listener, under /console/, when the settings enable it; every other path
+// still goes to admin, unchanged.
+func withConsole(s config.Settings, routes []*gate.Route, log *slog.Logger, m *telemetry.Metrics, g *Gateway, admin http.Handler) (http.Handler, error) {
+	if !s.ConsoleEnabled {
+		return admin, nil
+	}
+	c, err := console.New(console.Options{
+		AdminToken: s.AdminToken, Ledger: g.Ledger, Resolver: g.Gate, Routes: routes, Logger: log,
+		AuthFailures: m, TraceURL: s.ConsoleTraceURL, SessionTTL: s.ConsoleSessionTTL, AllowHTTP: s.ConsoleAllowHTTP,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	return console.Mount(admin, c), nil
+}

@@ -1,0 +1,110 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/jackc/pgx/v5"
+)
+
+// The relay's queue. An entry is due while its operation's effect question
+// is open (received, reserved or pending_effect) and its next_attempt_at has
+// come; taking it pushes next_attempt_at past the time one pass can take,
+// inside the same statement that locks it (SKIP LOCKED), so relays polling
+// at once in any number of replicas never take the same entry. The
+// operation's lease and fence still guard everything the pass writes.
+
+// ClaimOutbox takes up to limit due entries of routes for one relay pass,
+// holding each for horizon.
+func (l *Ledger) ClaimOutbox(ctx context.Context, routes []string, limit int, horizon time.Duration) ([]*gate.OutboxEntry, error) {
+	rows, err := l.pool.Query(ctx, `
+UPDATE outbox e SET next_attempt_at = now() + make_interval(secs => $3), passes = e.passes + 1
+WHERE e.operation_id IN (
+	SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
+	WHERE e2.delivered_at IS NULL AND e2.next_attempt_at <= now() AND e2.route = ANY($1)
+	  AND o.state IN ('received', 'reserved', 'pending_effect')
+	ORDER BY e2.next_attempt_at
+	LIMIT $2
+	FOR UPDATE OF e2 SKIP LOCKED)
+RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
+	e.ordering_key, e.attributes, e.data, e.created_at, e.next_attempt_at, e.passes`,
+		routes, limit, horizon.Seconds())
+	if err != nil {
+		return nil, translate("claim outbox", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*gate.OutboxEntry, error) {
+		var (
+			e         gate.OutboxEntry
+			m         gate.Message
+			published *time.Time
+			attrs     []byte
+			passes    int
+		)
+		if err := r.Scan(&e.OperationID, &e.Route, &e.PublicationID, &m.Broker, &m.Source, &m.MessageID,
+			&published, &m.OrderingKey, &attrs, &m.Data, &e.CreatedAt, &e.NextAttemptAt, &passes); err != nil {
+			return nil, err
+		}
+		if published != nil {
+			m.PublishTime = *published
+		}
+		if len(attrs) > 0 {
+			if err := json.Unmarshal(attrs, &m.Attributes); err != nil {
+				return nil, fmt.Errorf("outbox %s: attributes: %w", e.OperationID, err)
+			}
+		}
+		e.Message, e.Passes = &m, passes
+		return &e, nil
+	})
+	return out, translate("claim outbox", err)
+}
+
+// RescheduleOutbox sets when entry id is due again: after a pass that
+// left its operation open (a documented failure, a busy lease).
+func (l *Ledger) RescheduleOutbox(ctx context.Context, id string, at time.Time) error {
+	_, err := l.pool.Exec(ctx, `UPDATE outbox SET next_attempt_at = $2 WHERE operation_id = $1 AND delivered_at IS NULL`, id, at)
+	return translate("reschedule outbox", err)
+}
+
+// SweepOutbox marks delivered, and empties, the entries whose effect is now
+// evidenced, however it got there (the relay, a reconciling lookup, an
+// operator): the outbox keeps a message only until its effect is known.
+// Entries of terminal or indeterminate operations keep theirs, for a replay.
+func (l *Ledger) SweepOutbox(ctx context.Context, limit int) (int, error) {
+	tag, err := l.pool.Exec(ctx, `
+UPDATE outbox e SET delivered_at = now(), data = NULL, attributes = NULL
+WHERE e.operation_id IN (
+	SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
+	WHERE e2.delivered_at IS NULL AND o.state IN ('effect_confirmed', 'ack_pending', 'acknowledged')
+	LIMIT $1
+	FOR UPDATE OF e2 SKIP LOCKED)`, limit)
+	if err != nil {
+		return 0, translate("sweep outbox", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// OutboxStat is one route's undelivered entries: how many, and since when
+// the oldest waits.
+type OutboxStat struct {
+	Route  string
+	Depth  int64
+	Oldest time.Time
+}
+
+// OutboxStats reads the depth of each route's outbox from the index of
+// undelivered entries.
+func (l *Ledger) OutboxStats(ctx context.Context) ([]OutboxStat, error) {
+	rows, err := l.pool.Query(ctx, `SELECT route, count(*), min(created_at) FROM outbox
+		WHERE delivered_at IS NULL GROUP BY route ORDER BY route`)
+	if err != nil {
+		return nil, translate("outbox stats", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxStat, error) {
+		var s OutboxStat
+		return s, r.Scan(&s.Route, &s.Depth, &s.Oldest)
+	})
+	return out, translate("outbox stats", err)
+}
