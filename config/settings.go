@@ -74,7 +74,7 @@ type Settings struct {
 	// deliveries past it wait for a slot, and are nacked if none frees within
 	// AdmissionWait. The wait is short so that it never eats the margin the
 	// gate keeps before a broker's deadline (at least a second is left).
-	MaxInFlight   int           `envconfig:"MAX_IN_FLIGHT" default:"256" desc:"deliveries this process works on at once; more wait for a slot up to ADMISSION_WAIT, then get a nack (503 with Retry-After); 0 sets no bound"`
+	MaxInFlight   int           `envconfig:"MAX_IN_FLIGHT" default:"1000" desc:"deliveries this process works on at once; more wait for a slot up to ADMISSION_WAIT, then get a nack (503 with Retry-After); 0 sets no bound"`
 	AdmissionWait time.Duration `envconfig:"ADMISSION_WAIT" default:"1s" desc:"how long a delivery past MAX_IN_FLIGHT waits for a slot before its nack (0 to 1s)"`
 	// MaxClockSkew bounds how far ahead of this gateway's clock a Pub/Sub
 	// publishTime may be: a later one did not come from a broker that keeps

@@ -360,8 +360,8 @@ func TestMaxClockSkew(t *testing.T) {
 func TestAdmissionSettings(t *testing.T) {
 	t.Parallel()
 	s, err := config.LoadSettings(env(nil))
-	if err != nil || s.MaxInFlight != 256 || s.AdmissionWait != time.Second {
-		t.Fatalf("defaults: %d, %s, %v; want 256 and 1s", s.MaxInFlight, s.AdmissionWait, err)
+	if err != nil || s.MaxInFlight != 1000 || s.AdmissionWait != time.Second {
+		t.Fatalf("defaults: %d, %s, %v; want 1000 and 1s", s.MaxInFlight, s.AdmissionWait, err)
 	}
 	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0", "GATEWAY_ADMISSION_WAIT": "0s"}))
 	if err != nil || s.MaxInFlight != 0 || s.AdmissionWait != 0 {
