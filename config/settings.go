@@ -29,6 +29,14 @@ const MinAdminTokenLen = 16
 // the size of the HMAC-SHA256 output it keys.
 const MinKeyHashSecretLen = 32
 
+// maxInFlightLimit keeps the admission's slots a sane allocation.
+const maxInFlightLimit = 1 << 20
+
+// maxAdmissionWait is the longest a delivery may wait for a slot: the gate
+// leaves at least two seconds before a broker's deadline to commit and
+// answer, and a wait must leave half of that.
+const maxAdmissionWait = time.Second
+
 // maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
 // bound no longer tells a skewed clock from a forged time.
 const maxClockSkewLimit = 24 * time.Hour
@@ -62,6 +70,12 @@ type Settings struct {
 	WriteTimeout      time.Duration `envconfig:"WRITE_TIMEOUT" default:"60s" desc:"http.Server WriteTimeout; must exceed every route's ack_deadline"`
 	IdleTimeout       time.Duration `envconfig:"IDLE_TIMEOUT" default:"120s" desc:"http.Server IdleTimeout"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"time given to in-flight deliveries on shutdown"`
+	// MaxInFlight bounds the process's memory under a broker's concurrency:
+	// deliveries past it wait for a slot, and are nacked if none frees within
+	// AdmissionWait. The wait is short so that it never eats the margin the
+	// gate keeps before a broker's deadline (at least a second is left).
+	MaxInFlight   int           `envconfig:"MAX_IN_FLIGHT" default:"1000" desc:"deliveries this process works on at once; more wait for a slot up to ADMISSION_WAIT, then get a nack (503 with Retry-After); 0 sets no bound"`
+	AdmissionWait time.Duration `envconfig:"ADMISSION_WAIT" default:"1s" desc:"how long a delivery past MAX_IN_FLIGHT waits for a slot before its nack (0 to 1s)"`
 	// MaxClockSkew bounds how far ahead of this gateway's clock a Pub/Sub
 	// publishTime may be: a later one did not come from a broker that keeps
 	// our time, and it would hide a message's age from the retention check.
@@ -200,6 +214,12 @@ func (s Settings) Validate() error {
 		if d.v <= 0 {
 			add(d.key, "must be positive, got %s", d.v)
 		}
+	}
+	if s.MaxInFlight < 0 || s.MaxInFlight > maxInFlightLimit {
+		add("MAX_IN_FLIGHT", "must be between 0 (no bound) and %d, got %d", maxInFlightLimit, s.MaxInFlight)
+	}
+	if s.AdmissionWait < 0 || s.AdmissionWait > maxAdmissionWait {
+		add("ADMISSION_WAIT", "must be between 0 and %s, got %s", maxAdmissionWait, s.AdmissionWait)
 	}
 	if s.MaxClockSkew <= 0 || s.MaxClockSkew > maxClockSkewLimit {
 		add("MAX_CLOCK_SKEW", "must be positive and at most %s, got %s", maxClockSkewLimit, s.MaxClockSkew)
@@ -504,6 +524,12 @@ func (s *Settings) set(key, raw string) error {
 		s.ShutdownTimeout, err = parseDuration(raw)
 	case "MAX_CLOCK_SKEW":
 		s.MaxClockSkew, err = parseDuration(raw)
+	case "MAX_IN_FLIGHT":
+		var n int64
+		n, err = parseInt(raw)
+		s.MaxInFlight = int(min(max(n, -1), maxInFlightLimit+1))
+	case "ADMISSION_WAIT":
+		s.AdmissionWait, err = parseDuration(raw)
 	case "KEY_HASH_SECRET":
 		s.KeyHashSecret = raw
 	case "OIDC_JWKS_URL":

@@ -318,6 +318,7 @@ func TestUsageListsEveryVariable(t *testing.T) {
 		"GATEWAY_ROUTES_FILE", "GATEWAY_LISTEN_ADDR", "GATEWAY_ADMIN_ADDR", "GATEWAY_ADMIN_TOKEN",
 		"GATEWAY_MAX_BODY_BYTES", "GATEWAY_WRITE_TIMEOUT", "GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL",
 		"GATEWAY_INSTANCE_ID", "GATEWAY_MAX_CLOCK_SKEW", "GATEWAY_KEY_HASH_SECRET",
+		"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_ADMISSION_WAIT",
 	} {
 		if !strings.Contains(buf.String(), v) {
 			t.Errorf("usage lacks %s:\n%s", v, buf.String())
@@ -408,5 +409,30 @@ func TestRecoverySettings(t *testing.T) {
 	s.FenceTTL, s.WriteTimeout = 40*time.Minute, time.Hour
 	if err := s.CheckRoutes(routes); err != nil {
 		t.Errorf("fence TTL of twice the longest lease: %v", err)
+	}
+}
+
+func TestAdmissionSettings(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil || s.MaxInFlight != 1000 || s.AdmissionWait != time.Second {
+		t.Fatalf("defaults: %d, %s, %v; want 1000 and 1s", s.MaxInFlight, s.AdmissionWait, err)
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0", "GATEWAY_ADMISSION_WAIT": "0s"}))
+	if err != nil || s.MaxInFlight != 0 || s.AdmissionWait != 0 {
+		t.Fatalf("no bound, no wait: %d, %s, %v", s.MaxInFlight, s.AdmissionWait, err)
+	}
+	for k, v := range map[string]string{
+		"GATEWAY_MAX_IN_FLIGHT":  "-1",
+		"GATEWAY_ADMISSION_WAIT": "2s",
+	} {
+		_, err := config.LoadSettings(env(map[string]string{k: v}))
+		if err == nil || !strings.Contains(err.Error(), k+": must be") {
+			t.Errorf("%s=%s: %v", k, v, err)
+		}
+	}
+	_, err = config.LoadSettings(env(map[string]string{"GATEWAY_ADMISSION_WAIT": "-1s"}))
+	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ADMISSION_WAIT: must be between 0 and 1s") {
+		t.Errorf("negative wait: %v", err)
 	}
 }

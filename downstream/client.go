@@ -31,6 +31,10 @@ const (
 
 const userAgent = "ackgate"
 
+// idleConnsPerHost is how many keep-alive connections to one downstream stay
+// open between calls: about as many as calls a busy gateway has in flight.
+const idleConnsPerHost = 64
+
 // Options configures a Client.
 type Options struct {
 	// Transport is the base for the client's transport. It is cloned, so the
@@ -76,6 +80,16 @@ func New(opts Options) *Client {
 	}
 	t := base.Clone()
 	http1Only(t)
+	// Concurrent deliveries to one downstream each hold a connection. The
+	// default keeps two idle per host and closes the rest after every call,
+	// so under load almost every call paid a new TCP connection on both
+	// sides. A base that sets its own limit keeps it.
+	if t.MaxIdleConnsPerHost == 0 {
+		t.MaxIdleConnsPerHost = idleConnsPerHost
+	}
+	if t.MaxIdleConns != 0 && t.MaxIdleConns < t.MaxIdleConnsPerHost {
+		t.MaxIdleConns = t.MaxIdleConnsPerHost
+	}
 	// Unsafe effects get a connection of their own per call. On a reused
 	// keep-alive connection, a server closing it as idle at the moment the
 	// request goes out looks exactly like "sent, answer lost"; for an unsafe

@@ -107,12 +107,14 @@ func (g *Gate) Deliver(ctx context.Context, route *Route, msg *Message) (*Result
 	if res != nil {
 		dec, reason = res.Decision, res.Reason
 	}
-	attrs := []attribute.KeyValue{attribute.String("ackgate.decision", string(dec)), attribute.String("ackgate.reason", reason)}
-	if res != nil && res.OperationID != "" {
-		attrs = append(attrs, attribute.String("ackgate.operation.id", res.OperationID), attribute.String("ackgate.state", string(res.State)))
+	_, s := g.startSpan(ctx, "ack decision")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.decision", string(dec)), attribute.String("ackgate.reason", reason))
+		if res != nil && res.OperationID != "" {
+			s.SetAttributes(attribute.String("ackgate.operation.id", res.OperationID), attribute.String("ackgate.state", string(res.State)))
+		}
 	}
-	_, end := g.span(ctx, "ack decision", attrs...)
-	end(err)
+	endSpan(s, err)
 	g.recorder().Delivered(ctx, route, msg.Broker, dec, time.Since(start)-d.downstream)
 	return res, err
 }
@@ -142,12 +144,15 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 	// whole delivery, ledger writes included, is bounded by its deadline.
 	ctx, cancel := context.WithDeadline(ctx, d.deadline)
 	defer cancel()
-	fctx, end := g.span(ctx, "ledger find", attribute.String("ackgate.operation.id", id.OperationID))
+	fctx, fs := g.startSpan(ctx, "ledger find")
+	if fs.IsRecording() {
+		fs.SetAttributes(attribute.String("ackgate.operation.id", id.OperationID))
+	}
 	op, err := g.Ledger.Find(fctx, id.ScopeKey)
 	if errors.Is(err, ErrNotFound) {
-		end(nil)
+		endSpan(fs, nil)
 	} else {
-		end(err)
+		endSpan(fs, err)
 	}
 	linkFirstDelivery(ctx, op)
 	switch {
@@ -230,9 +235,12 @@ func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation, p Pla
 	if p.Answer == Ack {
 		c.DeadLetter = &DeadLetter{OperationID: rec.ID, Reason: rec.Reason, At: d.now}
 	}
-	cctx, end := g.span(ctx, "ledger record conflict", attribute.String("ackgate.operation.id", rec.ID))
+	cctx, s := g.startSpan(ctx, "ledger record conflict")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", rec.ID))
+	}
 	stored, err := g.Ledger.RecordConflict(cctx, c)
-	end(err)
+	endSpan(s, err)
 	if err != nil {
 		return g.nack(d, "evidence store unavailable"), &InfraError{"record conflict", err}
 	}
@@ -246,17 +254,20 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan)
 		floor = op.Fence
 	}
 	owner := g.Owner + "/" + g.NewToken()
-	rctx, end := g.span(ctx, "reserve", attribute.String("ackgate.operation.id", d.id.OperationID), attribute.Int64("ackgate.fence.floor", floor))
+	rctx, s := g.startSpan(ctx, "reserve")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", d.id.OperationID), attribute.Int64("ackgate.fence.floor", floor))
+	}
 	lease, err := g.Reservations.Acquire(rctx, d.id.OperationID, owner, leaseTTL(d.route), floor)
 	if errors.Is(err, ErrHeld) {
-		end(nil)
+		endSpan(s, nil)
 		g.recorder().Contended(ctx, d.route)
 		return g.answer(d, op, Plan{Answer: Nack, Reason: "another owner holds the lease"}), nil
 	}
-	if err == nil {
-		trace.SpanFromContext(rctx).SetAttributes(attribute.Int64("ackgate.fence", lease.Fence))
+	if err == nil && s.IsRecording() {
+		s.SetAttributes(attribute.Int64("ackgate.fence", lease.Fence))
 	}
-	end(err)
+	endSpan(s, err)
 	if err != nil {
 		return g.nack(d, "reservation store unavailable"), &InfraError{"acquire reservation", err}
 	}

@@ -46,23 +46,26 @@ func (g *Gate) tracer() trace.Tracer {
 	return g.Tracer
 }
 
-// span starts a child span for one step of the gate and returns a function
-// that ends it, recording err (if any) on it.
-func (g *Gate) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, func(err error)) {
-	ctx, s := g.tracer().Start(ctx, name, trace.WithAttributes(attrs...))
-	return ctx, func(err error) {
-		if err != nil {
-			s.RecordError(err)
-			s.SetStatus(codes.Error, err.Error())
-		}
-		s.End()
+// startSpan starts a child span for one step of the gate. Callers set its
+// attributes only when it is recording, so that a delivery whose trace is not
+// sampled builds none of them.
+func (g *Gate) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	return g.tracer().Start(ctx, name)
+}
+
+// endSpan ends s, recording err (if any) on it.
+func endSpan(s trace.Span, err error) {
+	if err != nil && s.IsRecording() {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
 	}
+	s.End()
 }
 
 // linkFirstDelivery links the current span to the trace of the operation's
 // first delivery, so a redelivery's trace leads back to where the work began.
 func linkFirstDelivery(ctx context.Context, op *Operation) {
-	if op == nil || op.TraceID == "" || op.SpanID == "" {
+	if op == nil || op.TraceID == "" || op.SpanID == "" || !trace.SpanFromContext(ctx).IsRecording() {
 		return
 	}
 	tid, err := trace.TraceIDFromHex(op.TraceID)
@@ -89,4 +92,16 @@ func spanID(ctx context.Context) string {
 		return ""
 	}
 	return sc.SpanID().String()
+}
+
+// span is startSpan for the steps off the delivery path (the relay, the
+// reconciler, resolutions, local statements), where building the
+// attributes up front costs nothing that matters; they are set only on a
+// span that records.
+func (g *Gate) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, func(error)) {
+	ctx, s := g.startSpan(ctx, name)
+	if s.IsRecording() {
+		s.SetAttributes(attrs...)
+	}
+	return ctx, func(err error) { endSpan(s, err) }
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // owned is a delivery that holds the operation's lease. Everything it writes
@@ -148,10 +147,13 @@ func (o *owned) commit(ctx context.Context, c *Change, next *Operation) error {
 	if o.claimed {
 		name = "ledger settle"
 	}
-	cctx, end := o.g.span(ctx, name, attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)),
-		attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
+	cctx, s := o.g.startSpan(ctx, name)
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)),
+			attribute.Int64("ackgate.fence", o.lease.Fence), attribute.String("ackgate.state", string(next.State)))
+	}
 	err := o.g.Ledger.Write(cctx, c)
-	end(err)
+	endSpan(s, err)
 	if err != nil {
 		return err
 	}
@@ -292,16 +294,21 @@ func (o *owned) attempt(ctx context.Context) EffectResult {
 		IdempotencyKey: o.op.IdempotencyKey, Fence: o.lease.Fence,
 	}
 	callCtx, cancel := context.WithDeadline(ctx, o.callDeadline())
-	callCtx, end := o.g.span(callCtx, "downstream effect", attribute.String("ackgate.operation.id", req.OperationID),
-		attribute.Int("ackgate.attempt", o.op.AttemptCount), attribute.Int64("ackgate.fence", req.Fence))
+	callCtx, s := o.g.startSpan(callCtx, "downstream effect")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", req.OperationID),
+			attribute.Int("ackgate.attempt", o.op.AttemptCount), attribute.Int64("ackgate.fence", req.Fence))
+	}
 	stop := o.renew(callCtx)
 	began := time.Now()
 	er := o.g.Effects.Execute(callCtx, req)
 	took := time.Since(began)
 	stop()
-	trace.SpanFromContext(callCtx).SetAttributes(attribute.String("ackgate.outcome", string(er.Outcome)),
-		attribute.Int("ackgate.lease.extensions", o.extensions))
-	end(nil)
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.outcome", string(er.Outcome)),
+			attribute.Int("ackgate.lease.extensions", o.extensions))
+	}
+	endSpan(s, nil)
 	cancel()
 	o.d.downstream += took
 	o.g.recorder().Downstream(ctx, o.route(), AttemptEffect, er.Outcome, took)
@@ -354,15 +361,20 @@ func (o *owned) answered(p Plan) *Result {
 func (o *owned) lookup(ctx context.Context) LookupResult {
 	lctx, cancel := context.WithDeadline(ctx, o.callDeadline())
 	defer cancel()
-	lctx, end := o.g.span(lctx, "downstream lookup", attribute.String("ackgate.operation.id", o.d.id.OperationID))
+	lctx, s := o.g.startSpan(lctx, "downstream lookup")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", o.d.id.OperationID))
+	}
 	began := time.Now()
 	lr := o.g.Effects.Lookup(lctx, &EffectRequest{
 		Route: o.route(), Message: o.d.msg, OperationID: o.d.id.OperationID,
 		IdempotencyKey: o.d.id.IdempotencyKey, Fence: o.lease.Fence,
 	})
 	took := time.Since(began)
-	trace.SpanFromContext(lctx).SetAttributes(attribute.String("ackgate.outcome", string(lr.Outcome)))
-	end(nil)
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.outcome", string(lr.Outcome)))
+	}
+	endSpan(s, nil)
 	o.d.downstream += took
 	o.g.recorder().Downstream(ctx, o.route(), AttemptLookup, lr.Outcome, took)
 	return lr

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // The cost of a delivery through the whole gateway (HTTP in, Postgres ledger,
@@ -15,7 +17,18 @@ import (
 // measurements, never assertions.
 
 func BenchmarkPushNewOperation(b *testing.B) {
-	e := newEnv(b, true, routeYAML("orders", "idempotent", "broker", ""))
+	benchmarkNewOperations(b, newEnv(b, true, routeYAML("orders", "idempotent", "broker", "")))
+}
+
+// The same with no delivery sampled (a parent-based sampler that samples
+// no root), as under a low sampling ratio: what tracing costs a delivery
+// that is not traced.
+func BenchmarkPushNewOperationUnsampled(b *testing.B) {
+	benchmarkNewOperations(b, newEnvSampled(b, true, routeYAML("orders", "idempotent", "broker", ""), nil,
+		sdktrace.ParentBased(sdktrace.NeverSample())))
+}
+
+func benchmarkNewOperations(b *testing.B, e *env) {
 	client := &http.Client{}
 	var n atomic.Int64
 	b.ReportAllocs()

@@ -245,11 +245,22 @@ func newEnv(t testing.TB, dedupe bool, routesYAML string) *env {
 // settings, and the secrets its routes name.
 func newEnvWith(t testing.TB, dedupe bool, routesYAML string, vars map[string]string) *env {
 	t.Helper()
+	return newEnvSampled(t, dedupe, routesYAML, vars, nil)
+}
+
+// newEnvSampled is newEnvWith with the tracer provider's sampler; nil keeps
+// the SDK's default, which records every delivery.
+func newEnvSampled(t testing.TB, dedupe bool, routesYAML string, vars map[string]string, sampler sdktrace.Sampler) *env {
+	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &testenv.SyncBuffer{}}
 	// Every test gateway is fully instrumented: spans into memory, metrics
 	// into a Prometheus registry, JSON logs into a buffer.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(e.spans))
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithSyncer(e.spans)}
+	if sampler != nil {
+		topts = append(topts, sdktrace.WithSampler(sampler))
+	}
+	tp := sdktrace.NewTracerProvider(topts...)
 	tel, err := telemetry.WithPrometheus(tp, resource.Empty())
 	if err != nil {
 		t.Fatal(err)

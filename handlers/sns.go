@@ -33,6 +33,11 @@ func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		if !o.admit.enter(r.Context()) {
+			o.refuse(w, r, gate.BrokerSNS, route, arrived, atCapacity())
+			return
+		}
+		defer o.admit.leave()
 		if route.Auth == gate.AuthBasic {
 			if err := o.checkBasic(r, route); err != nil {
 				challenge(w, route, err)

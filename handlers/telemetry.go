@@ -61,37 +61,44 @@ func (o *IngestOptions) startDelivery(r *http.Request, b gate.Broker, route *gat
 	if route != nil {
 		name = route.Name
 	}
-	attrs := []attribute.KeyValue{
+	ctx, span := tracer.Start(o.deliveryParent(r, msg), "process "+name,
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived))
+	if !span.IsRecording() {
+		// Not sampled: nothing would keep the attributes.
+		return ctx, span
+	}
+	span.SetAttributes(
 		attribute.String("messaging.system", messagingSystem[b]),
 		attribute.String("messaging.operation.name", "process"),
 		attribute.String("messaging.operation.type", "process"),
 		attribute.String("http.request.method", r.Method),
 		attribute.String("http.route", chi.RouteContext(r.Context()).RoutePattern()),
 		attribute.String("ackgate.route", name),
-	}
+	)
 	if msg != nil {
-		attrs = append(attrs,
+		span.SetAttributes(
 			attribute.String("messaging.destination.name", msg.Source),
 			attribute.String("messaging.message.id", msg.MessageID))
 		if b == gate.BrokerPubSub {
 			if msg.OrderingKey != "" {
-				attrs = append(attrs, attribute.String("messaging.gcp_pubsub.message.ordering_key", msg.OrderingKey))
+				span.SetAttributes(attribute.String("messaging.gcp_pubsub.message.ordering_key", msg.OrderingKey))
 			}
 			if msg.BrokerAttempt > 0 {
-				attrs = append(attrs, attribute.Int("messaging.gcp_pubsub.message.delivery_attempt", msg.BrokerAttempt))
+				span.SetAttributes(attribute.Int("messaging.gcp_pubsub.message.delivery_attempt", msg.BrokerAttempt))
 			}
 		}
 	}
-	return tracer.Start(o.deliveryParent(r, msg), "process "+name,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived), trace.WithAttributes(attrs...))
+	return ctx, span
 }
 
 // endDelivery closes the span with the status the broker got.
 func endDelivery(span trace.Span, out outcome, status int) {
-	span.SetAttributes(attribute.Int("http.response.status_code", status),
-		attribute.String("ackgate.decision", string(out.decision)))
-	if status >= 500 {
-		span.SetStatus(codes.Error, out.reason)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", status),
+			attribute.String("ackgate.decision", string(out.decision)))
+		if status >= 500 {
+			span.SetStatus(codes.Error, out.reason)
+		}
 	}
 	span.End()
 }

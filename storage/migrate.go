@@ -6,15 +6,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/exaring/otelpgx"
-	"go.opentelemetry.io/otel/trace"
 	"io/fs"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The schema ships inside the binary, so a gateway can never run against
@@ -124,8 +125,21 @@ type PoolOption func(*pgxpool.Config)
 // WithTracing gives every query a client span under the caller's span, via
 // otelpgx. Query parameters are left out of the spans: they carry message
 // keys and evidence, which belong in the ledger, not in a tracing backend.
+//
+// The connection's address, user and database are the same for every query,
+// so they are computed once here; otelpgx would otherwise copy the whole
+// connection configuration for every traced query to read them.
 func WithTracing(tp trace.TracerProvider) PoolOption {
 	return func(c *pgxpool.Config) {
-		c.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+		cc := c.ConnConfig
+		c.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp),
+			otelpgx.WithDisableConnectionDetailsInAttributes(),
+			otelpgx.WithTracerAttributes(
+				semconv.DBSystemNamePostgreSQL,
+				semconv.ServerAddress(cc.Host),
+				semconv.ServerPort(int(cc.Port)),
+				semconv.UserName(cc.User),
+				semconv.DBNamespace(cc.Database),
+			))
 	}
 }

@@ -286,8 +286,13 @@ type wireDeadLetter struct {
 
 type wireTime time.Time
 
+// MarshalJSON appends the quoted time in one buffer; RFC 3339 has nothing a
+// JSON string must escape.
 func (t wireTime) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Time(t).UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano))
+	b := make([]byte, 0, len(`"2006-01-02T15:04:05.999999Z"`))
+	b = append(b, '"')
+	b = time.Time(t).UTC().Truncate(time.Microsecond).AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
 }
 
 func encodeDelivery(d *gate.Delivery) *wireDelivery {

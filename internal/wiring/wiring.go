@@ -157,7 +157,11 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	g.Redis = redis.NewUniversalClient(ropts)
-	if err = redisotel.InstrumentTracing(g.Redis, redisotel.WithTracerProvider(tel.TracerProvider)); err != nil {
+	// Without the caller's file and line (a stack walk per command) and the
+	// command text (keys and owner tokens, formatted per command whether or
+	// not the span is sampled): the span's name already says which command.
+	if err = redisotel.InstrumentTracing(g.Redis, redisotel.WithTracerProvider(tel.TracerProvider),
+		redisotel.WithCallerEnabled(false), redisotel.WithDBStatement(false)); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
 	g.Ledger = storage.NewLedger(g.Pool)
@@ -183,6 +187,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
 		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
+		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
