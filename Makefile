@@ -16,6 +16,10 @@
 #   make bench-go
 #               go test benchmarks of one delivery through the handlers,
 #               with allocations per delivery
+#   make bench-purge
+#               cmd/purgebench: the retention purge of 1,000,000 expired
+#               operations while deliveries continue, against a baseline
+#               (PURGEBENCH_FLAGS="-n 200000"); not part of make bench
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,7 +34,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go soak console-screenshots
+.PHONY: all build run test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak console-screenshots
 
 all: lint build
 
@@ -133,6 +137,12 @@ bench-load: services build
 # per delivery that a separate gateway process cannot report.
 bench-go: services
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./handlers/
+
+# The purge against live deliveries: seeds a database of its own with
+# expired evidence, then reports delivery latency without and during the
+# purge, and the purge's rate (docs/operations.md keeps the figures).
+bench-purge: services build
+	$(BIN_DIR)/purgebench $(PURGEBENCH_FLAGS)
 
 # Two gateway processes on a private Postgres cluster and a private Redis,
 # driven by a Pub/Sub push simulator against a faulty downstream, with

@@ -1408,6 +1408,32 @@ func TestKeyHashSecret(t *testing.T) {
 	}
 }
 
+// The background work's settings reach the container as written, and the
+// gateway reads them back as its own.
+func TestBackgroundWorkSettings(t *testing.T) {
+	t.Parallel()
+	src := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t,
+		"gateway: {fenceTtl: 48h, lanesRefresh: 30s, reconcilePoll: 2s, purgeInterval: 5m, purgeBatch: 2000}"))))
+	want := map[string]string{
+		"GATEWAY_FENCE_TTL": "value:48h", "GATEWAY_LANES_REFRESH": "value:30s", "GATEWAY_RECONCILE_POLL": "value:2s",
+		"GATEWAY_PURGE_INTERVAL": "value:5m", "GATEWAY_PURGE_BATCH": "value:2000",
+	}
+	env := map[string]string{}
+	for k, v := range want {
+		if src[k] != v {
+			t.Errorf("%s = %q, want %q", k, src[k], v)
+		}
+		env[k] = strings.TrimPrefix(src[k], "value:")
+	}
+	s, err := config.LoadSettings(func(k string) string { return env[k] })
+	if err != nil || s.FenceTTL != 48*time.Hour || s.PurgeBatch != 2000 {
+		t.Errorf("settings from the chart's values: %+v, %v", s, err)
+	}
+	if _, err := render(t, withExampleRoutes(t, "gateway: {purgeBatch: 0}")); err == nil {
+		t.Error("a purge batch of 0 was accepted")
+	}
+}
+
 // TestConsoleSettings: the operator console's values reach the gateway, and
 // a trace viewer URL without its placeholder is refused at install.
 func TestConsoleSettings(t *testing.T) {

@@ -161,6 +161,8 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		errs.add("effect.lookup_url", "only applies to shape lookup, not %s", r.Shape)
 	}
 
+	buildReconcile(r, spec, &errs)
+
 	// Retries and dead letters.
 	r.MaxAttempts = DefaultMaxAttempts
 	if spec.MaxAttempts != nil {
@@ -186,6 +188,45 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		r.Key.Hashed = slices.Contains(r.Private, r.Key.Name)
 	}
 	return r, errs
+}
+
+// buildReconcile sets how the reconciler works a lookup route's
+// indeterminate lane. Only lookup routes have one: an unsafe effect waits
+// for a person, and the other shapes have no lookup to ask.
+func buildReconcile(r *gate.Route, spec *routeSpec, errs *routeErrs) {
+	if r.Shape != gate.ShapeLookup {
+		if spec.Reconcile != nil && r.Shape != "" {
+			errs.add("reconcile", "only applies to shape lookup, not %s: nothing but its lookup can settle an operation in the background", r.Shape)
+		}
+		return
+	}
+	var rs reconcileSpec
+	if spec.Reconcile != nil {
+		rs = *spec.Reconcile
+	}
+	p := gate.ReconcilePolicy{Interval: DefaultReconcileInterval, MaxInterval: DefaultReconcileMaxInterval,
+		RatePerSecond: DefaultReconcileRate}
+	if d, ok := errs.duration("reconcile.interval", rs.Interval); ok {
+		p.Interval = d
+	}
+	if d, ok := errs.duration("reconcile.max_interval", rs.MaxInterval); ok {
+		p.MaxInterval = d
+	} else if rs.MaxInterval == "" && p.Interval > p.MaxInterval {
+		p.MaxInterval = p.Interval
+	}
+	if rs.RatePerSecond != nil {
+		p.RatePerSecond = *rs.RatePerSecond
+	}
+	switch {
+	case p.Interval < MinReconcileInterval || p.Interval > MaxReconcileInterval:
+		errs.add("reconcile.interval", "must be from %s to %s, got %s", MinReconcileInterval, MaxReconcileInterval, p.Interval)
+	case p.MaxInterval < p.Interval || p.MaxInterval > MaxReconcileInterval:
+		errs.add("reconcile.max_interval", "must be from reconcile.interval (%s) to %s, got %s", p.Interval, MaxReconcileInterval, p.MaxInterval)
+	}
+	if !(p.RatePerSecond > 0 && p.RatePerSecond <= MaxReconcileRate) {
+		errs.add("reconcile.rate_per_second", "must be above 0 and at most %g, got %g", MaxReconcileRate, p.RatePerSecond)
+	}
+	r.Reconcile = p
 }
 
 func buildKey(r *gate.Route, spec *routeSpec, errs *routeErrs) {
@@ -366,7 +407,7 @@ func buildRetention(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 		}
 	case gate.BrokerSNS:
 		if spec.BrokerRetention != "" {
-			errs.add("broker_retention", "only applies to pubsub; SNS retries for at most %s", SNSRedeliveryHorizon)
+			errs.add("broker_retention", "only applies to pubsub; SNS delivers for at most %s after the first attempt, whatever its delivery policy", SNSRedeliveryHorizon)
 		}
 		horizon = SNSRedeliveryHorizon
 		if !retentionSet && spec.Retention == "" {

@@ -94,6 +94,10 @@
 //	effect.lookup_url required for, and only for, shape lookup; contains {key}
 //	shape             required: idempotent | lookup | unsafe | repeatable
 //	dedupe_window     required for, and only for, shape idempotent
+//	reconcile         lookup only: interval 30s (1s to 24h), max_interval 15m
+//	                  (at least interval), rate_per_second 5 (per replica,
+//	                  at most 1000); how the reconciler works the route's
+//	                  indeterminate lane
 //	max_attempts      5 (1 to 100)
 //	dead_letter       broker | gateway; default broker
 //	ack_deadline      pubsub: 10s (10s to 600s, the subscription's value);
@@ -132,7 +136,15 @@
 //     redelivery looks new and runs the effect again. Pub/Sub can redeliver for
 //     as long as the subscription retains messages (7 days by default, up to
 //     31), so retention defaults to that plus a day and may never be shorter.
-//     SNS retries for at most an hour, so 2 h is kept and 1 h is the minimum.
+//     SNS retries an HTTP/S delivery for at most an hour, whatever the
+//     subscription's delivery policy (a hard limit of 3,600 s), and the last
+//     retry may take its 15 s timeout: 2 h is kept and 1 h 15 s is the minimum.
+//   - A lookup route's indeterminate operations are asked about in the
+//     background, first half a minute after they entered the lane (time for
+//     a lost response's effect to land), then at doubling intervals up to a
+//     quarter of an hour while the lookup cannot tell, and at most five a
+//     second per replica, so a lane of thousands never becomes a burst at a
+//     provider that is already failing.
 //
 // Secrets (verification tokens, basic credentials) are never written in the
 // routes file: a route names the environment variables that hold them,

@@ -35,9 +35,20 @@ const (
 	// pubSubRetentionMargin is added to the broker retention for the default
 	// evidence retention (7 d + 1 d = 8 d).
 	pubSubRetentionMargin = 24 * time.Hour
-	// SNSRedeliveryHorizon is how long SNS keeps retrying one delivery.
-	SNSRedeliveryHorizon = time.Hour
+	// SNSRedeliveryHorizon is how long after its first delivery SNS may
+	// still deliver a message over HTTP/S: a delivery policy's retries span
+	// at most 3,600 s (a hard SNS limit, whatever the subscription's custom
+	// policy says; the default policy's three retries 20 s apart end far
+	// sooner), and the last retry may itself take SNS's 15 s timeout.
+	SNSRedeliveryHorizon = time.Hour + SNSAckDeadline
 	DefaultSNSRetention  = 2 * time.Hour
+
+	// Reconciler defaults for lookup routes: a first check half a minute
+	// after the operation entered the lane, doubling up to a quarter of an
+	// hour while the lookup cannot tell, five lookups a second per replica.
+	DefaultReconcileInterval    = 30 * time.Second
+	DefaultReconcileMaxInterval = 15 * time.Minute
+	DefaultReconcileRate        = 5.0
 )
 
 // Limits enforced by validation.
@@ -47,6 +58,9 @@ const (
 	MinPubSubRetention     = 10 * time.Minute
 	MaxPubSubRetention     = 31 * 24 * time.Hour
 	MaxAttemptsLimit       = 100
+	MinReconcileInterval   = time.Second
+	MaxReconcileInterval   = 24 * time.Hour
+	MaxReconcileRate       = 1000.0
 	maxRouteNameLen        = 63
 	contractVersionHexLen  = 16
 	lookupKeyPlaceholder   = "{key}"
@@ -81,6 +95,7 @@ type routeSpec struct {
 	Effect          *effectSpec      `yaml:"effect"`
 	Shape           string           `yaml:"shape"`
 	DedupeWindow    string           `yaml:"dedupe_window"`
+	Reconcile       *reconcileSpec   `yaml:"reconcile"`
 	MaxAttempts     *int             `yaml:"max_attempts"`
 	DeadLetter      string           `yaml:"dead_letter"`
 	AckDeadline     string           `yaml:"ack_deadline"`
@@ -121,6 +136,12 @@ type effectSpec struct {
 	TerminalStatuses  *[]int            `yaml:"terminal_statuses"`
 	RetryableStatuses *[]int            `yaml:"retryable_statuses"`
 	LookupURL         string            `yaml:"lookup_url"`
+}
+
+type reconcileSpec struct {
+	Interval      string   `yaml:"interval"`
+	MaxInterval   string   `yaml:"max_interval"`
+	RatePerSecond *float64 `yaml:"rate_per_second"`
 }
 
 type renewalSpec struct {

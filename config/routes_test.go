@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"encoding/json"
 	"reflect"
 	"regexp"
 	"strings"
@@ -52,7 +53,8 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 	}
 	if payments.Name != "payments" || payments.Shape != gate.ShapeLookup ||
 		payments.Effect.LookupURL != "http://127.0.0.1:9090/effects/{key}" ||
-		payments.Broker != gate.BrokerPubSub || payments.DeadLetter != gate.DeadLetterGateway {
+		payments.Broker != gate.BrokerPubSub || payments.DeadLetter != gate.DeadLetterGateway ||
+		payments.Reconcile != (gate.ReconcilePolicy{Interval: 30 * time.Second, MaxInterval: 15 * time.Minute, RatePerSecond: 5}) {
 		t.Errorf("payments = %+v", payments)
 	}
 	for _, r := range routes {
@@ -119,6 +121,48 @@ func TestDefaults(t *testing.T) {
 		if !reflect.DeepEqual(&g, want[i]) {
 			t.Errorf("route %s after defaults:\n got %+v\nwant %+v", got.Name, &g, want[i])
 		}
+	}
+}
+
+// A lookup route gets the reconciler's defaults, may set its own, and its
+// contract shows them; no other shape has a reconcile policy.
+func TestReconcilePolicy(t *testing.T) {
+	t.Parallel()
+	lookup := func(name string, rec map[string]any) map[string]any {
+		m := baseRoute()
+		m["name"], m["shape"] = name, "lookup"
+		effect(m)["lookup_url"] = "http://127.0.0.1:9090/effects/{key}"
+		if rec != nil {
+			m["reconcile"] = rec
+		}
+		return m
+	}
+	routes, err := config.ParseRoutes(routesYAML(t, lookup("d", nil),
+		lookup("c", map[string]any{"interval": "2m", "rate_per_second": 0.5}), baseRoute()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []gate.ReconcilePolicy{
+		{Interval: 30 * time.Second, MaxInterval: 15 * time.Minute, RatePerSecond: 5},
+		{Interval: 2 * time.Minute, MaxInterval: 15 * time.Minute, RatePerSecond: 0.5},
+		{},
+	} {
+		if routes[i].Reconcile != want {
+			t.Errorf("route %s: reconcile %+v, want %+v", routes[i].Name, routes[i].Reconcile, want)
+		}
+	}
+	// An interval above the default cap raises the cap with it.
+	routes, err = config.ParseRoutes(routesYAML(t, lookup("long", map[string]any{"interval": "1h"})))
+	if err != nil || routes[0].Reconcile.MaxInterval != time.Hour {
+		t.Fatalf("interval 1h: %+v, %v", routes, err)
+	}
+	b, err := json.Marshal(routes[0])
+	if err != nil || !strings.Contains(string(b), `"reconcile":{"interval":"1h0m0s","max_interval":"1h0m0s","rate_per_second":5}`) {
+		t.Errorf("contract: %s, %v", b, err)
+	}
+	var back gate.Route
+	if err := json.Unmarshal(b, &back); err != nil || back.Reconcile != routes[0].Reconcile {
+		t.Errorf("contract round trip: %+v, %v", back.Reconcile, err)
 	}
 }
 
@@ -235,7 +279,35 @@ func TestInvalidRoutes(t *testing.T) {
 		{"retention below sns horizon", func(m map[string]any) {
 			m["broker"] = "sns"
 			m["retention"] = "30m"
-		}, `route "r": retention: 30m0s does not cover the broker's redelivery horizon (1h0m0s)`},
+		}, `route "r": retention: 30m0s does not cover the broker's redelivery horizon (1h0m15s)`},
+		{"retention of exactly sns's retry time", func(m map[string]any) {
+			m["broker"] = "sns"
+			m["retention"] = "1h"
+		}, `route "r": retention: 1h0m0s does not cover the broker's redelivery horizon (1h0m15s)`},
+		{"reconcile on an unsafe route", func(m map[string]any) {
+			m["shape"] = "unsafe"
+			m["reconcile"] = map[string]any{"interval": "1m"}
+		}, `route "r": reconcile: only applies to shape lookup, not unsafe`},
+		{"reconcile interval too short", func(m map[string]any) {
+			m["shape"] = "lookup"
+			effect(m)["lookup_url"] = "http://h/effects/{key}"
+			m["reconcile"] = map[string]any{"interval": "100ms"}
+		}, `route "r": reconcile.interval: must be from 1s to 24h0m0s, got 100ms`},
+		{"reconcile max below interval", func(m map[string]any) {
+			m["shape"] = "lookup"
+			effect(m)["lookup_url"] = "http://h/effects/{key}"
+			m["reconcile"] = map[string]any{"interval": "1m", "max_interval": "30s"}
+		}, `route "r": reconcile.max_interval: must be from reconcile.interval (1m0s) to 24h0m0s, got 30s`},
+		{"reconcile rate zero", func(m map[string]any) {
+			m["shape"] = "lookup"
+			effect(m)["lookup_url"] = "http://h/effects/{key}"
+			m["reconcile"] = map[string]any{"rate_per_second": 0}
+		}, `route "r": reconcile.rate_per_second: must be above 0 and at most 1000, got 0`},
+		{"reconcile field unknown", func(m map[string]any) {
+			m["shape"] = "lookup"
+			effect(m)["lookup_url"] = "http://h/effects/{key}"
+			m["reconcile"] = map[string]any{"every": "1m"}
+		}, `unknown field "every"`},
 		{"broker retention too long", func(m map[string]any) { m["broker_retention"] = "745h" }, `route "r": broker_retention: 745h0m0s is outside`},
 		{"broker retention on sns", func(m map[string]any) {
 			m["broker"] = "sns"

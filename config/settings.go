@@ -92,6 +92,12 @@ type Settings struct {
 	// retries a delivery for at most an hour, so an older copy is not SNS's.
 	SNSConfirmationMaxAge time.Duration `envconfig:"SNS_CONFIRMATION_MAX_AGE" default:"1h" desc:"oldest SNS SubscriptionConfirmation, by its signed Timestamp, that is still confirmed; older copies are refused as replays (at most 72h, the confirmation token's life)"`
 
+	// Background work beside the push path (package recovery).
+	FenceTTL      time.Duration `envconfig:"FENCE_TTL" default:"24h" desc:"how long an operation's fencing counter stays in Redis after the last lease taken on it; at least twice the longest lease a route can hold"`
+	LanesRefresh  time.Duration `envconfig:"LANES_REFRESH" default:"15s" desc:"how often the lane gauges are counted in the ledger; scrapes read the last count"`
+	ReconcilePoll time.Duration `envconfig:"RECONCILE_POLL" default:"5s" desc:"how often each replica looks for indeterminate operations of lookup routes due for a check"`
+	PurgeInterval time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
+	PurgeBatch    int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
 	// The operator console under /console/ on the admin listener (package
 	// console); see checkConsole.
 	ConsoleEnabled    bool          `envconfig:"CONSOLE_ENABLED" default:"true" desc:"serve the operator console under /console/ on the admin listener"`
@@ -102,6 +108,10 @@ type Settings struct {
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
+
+// maxPurgeBatch bounds one purge statement: past it a batch holds its locks
+// and its transaction long enough for deliveries to notice.
+const maxPurgeBatch = 10000
 
 // maxConfirmationAge is how long an SNS confirmation token stays valid;
 // a longer bound would only admit copies that cannot confirm anything.
@@ -214,6 +224,22 @@ func (s Settings) Validate() error {
 	if s.MaxClockSkew <= 0 || s.MaxClockSkew > maxClockSkewLimit {
 		add("MAX_CLOCK_SKEW", "must be positive and at most %s, got %s", maxClockSkewLimit, s.MaxClockSkew)
 	}
+	for _, d := range []struct {
+		key       string
+		v, lo, hi time.Duration
+	}{
+		{"FENCE_TTL", s.FenceTTL, time.Minute, 90 * 24 * time.Hour},
+		{"LANES_REFRESH", s.LanesRefresh, time.Second, time.Hour},
+		{"RECONCILE_POLL", s.ReconcilePoll, 100 * time.Millisecond, time.Hour},
+		{"PURGE_INTERVAL", s.PurgeInterval, time.Second, 24 * time.Hour},
+	} {
+		if d.v < d.lo || d.v > d.hi {
+			add(d.key, "must be from %s to %s, got %s", d.lo, d.hi, d.v)
+		}
+	}
+	if s.PurgeBatch < 1 || s.PurgeBatch > maxPurgeBatch {
+		add("PURGE_BATCH", "must be from 1 to %d, got %d", maxPurgeBatch, s.PurgeBatch)
+	}
 	if s.ReadHeaderTimeout > 0 && s.ReadTimeout > 0 && s.ReadHeaderTimeout > s.ReadTimeout {
 		add("READ_HEADER_TIMEOUT", "%s is longer than GATEWAY_READ_TIMEOUT (%s)", s.ReadHeaderTimeout, s.ReadTimeout)
 	}
@@ -283,7 +309,33 @@ func (s Settings) CheckRoutes(routes []*gate.Route) error {
 			errs = append(errs, fmt.Errorf("%s_WRITE_TIMEOUT: %s does not exceed route %q's ack_deadline (%s)", EnvPrefix, s.WriteTimeout, r.Name, r.AckDeadline))
 		}
 	}
-	return errors.Join(append(errs, s.CheckKeyHashSecret(routes))...)
+	return errors.Join(append(errs, s.CheckKeyHashSecret(routes), s.CheckFenceTTL(routes))...)
+}
+
+// interventionLease is the lease an operator's resolution or the
+// reconciler holds beyond the route's effect timeout (gate/recovery.go).
+const interventionLease = 30 * time.Second
+
+// LongestLease is the longest a lease on one of routes' operations can be
+// held: a delivery's ack deadline plus its renewals' cap, or the
+// reconciler's lookup plus its margin, whichever is longer.
+func LongestLease(routes []*gate.Route) time.Duration {
+	var longest time.Duration
+	for _, r := range routes {
+		longest = max(longest, r.AckDeadline+r.Renewal.MaxExtension, r.Effect.Timeout+interventionLease)
+	}
+	return longest
+}
+
+// CheckFenceTTL refuses a fence TTL shorter than twice the longest lease:
+// a counter must never expire while a lease taken under it may still be
+// held, or the next Acquire would rebuild it from the ledger's floor, which
+// the holder may not have written yet.
+func (s Settings) CheckFenceTTL(routes []*gate.Route) error {
+	if need := 2 * LongestLease(routes); s.FenceTTL < need {
+		return fmt.Errorf("%s_FENCE_TTL: %s is shorter than twice the longest lease a route can hold (%s)", EnvPrefix, s.FenceTTL, need)
+	}
+	return nil
 }
 
 // CheckKeyHashSecret requires GATEWAY_KEY_HASH_SECRET, long enough, when a
@@ -378,6 +430,11 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.Duration("sns_confirmation_max_age", s.SNSConfirmationMaxAge),
+		slog.Duration("fence_ttl", s.FenceTTL),
+		slog.Duration("lanes_refresh", s.LanesRefresh),
+		slog.Duration("reconcile_poll", s.ReconcilePoll),
+		slog.Duration("purge_interval", s.PurgeInterval),
+		slog.Int64("purge_batch", s.PurgeBatch),
 		slog.Bool("console_enabled", s.ConsoleEnabled),
 		slog.Bool("console_allow_http", s.ConsoleAllowHTTP),
 		slog.Duration("console_session_ttl", s.ConsoleSessionTTL),
@@ -479,6 +536,16 @@ func (s *Settings) set(key, raw string) error {
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":
 		s.SNSTrustedURLPrefixes = parseList(raw)
+	case "FENCE_TTL":
+		s.FenceTTL, err = parseDuration(raw)
+	case "LANES_REFRESH":
+		s.LanesRefresh, err = parseDuration(raw)
+	case "RECONCILE_POLL":
+		s.ReconcilePoll, err = parseDuration(raw)
+	case "PURGE_INTERVAL":
+		s.PurgeInterval, err = parseDuration(raw)
+	case "PURGE_BATCH":
+		s.PurgeBatch, err = parseInt(raw)
 	case "CONSOLE_ENABLED":
 		s.ConsoleEnabled, err = parseBool(raw)
 	case "CONSOLE_ALLOW_HTTP":

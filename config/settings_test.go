@@ -357,6 +357,61 @@ func TestMaxClockSkew(t *testing.T) {
 	}
 }
 
+// The background work's settings: defaults, parsing, bounds, and the fence
+// TTL held against the longest lease the routes can hold.
+func TestRecoverySettings(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FenceTTL != 24*time.Hour || s.LanesRefresh != 15*time.Second || s.ReconcilePoll != 5*time.Second ||
+		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 {
+		t.Fatalf("defaults: %+v", s)
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_FENCE_TTL": "2h", "GATEWAY_LANES_REFRESH": "30s",
+		"GATEWAY_RECONCILE_POLL": "250ms", "GATEWAY_PURGE_INTERVAL": "10s", "GATEWAY_PURGE_BATCH": "1000"}))
+	if err != nil || s.FenceTTL != 2*time.Hour || s.LanesRefresh != 30*time.Second || s.ReconcilePoll != 250*time.Millisecond ||
+		s.PurgeInterval != 10*time.Second || s.PurgeBatch != 1000 {
+		t.Fatalf("set: %+v, %v", s, err)
+	}
+	for v, want := range map[string]string{
+		"GATEWAY_FENCE_TTL":      "GATEWAY_FENCE_TTL: must be from 1m0s to 2160h0m0s, got 10s",
+		"GATEWAY_LANES_REFRESH":  "",
+		"GATEWAY_PURGE_BATCH":    "GATEWAY_PURGE_BATCH: must be from 1 to 10000, got 0",
+		"GATEWAY_RECONCILE_POLL": "GATEWAY_RECONCILE_POLL: must be from 100ms to 1h0m0s, got 0s",
+	} {
+		raw := "10s"
+		switch v {
+		case "GATEWAY_PURGE_BATCH":
+			raw = "0"
+		case "GATEWAY_RECONCILE_POLL":
+			raw = "0s"
+		case "GATEWAY_LANES_REFRESH":
+			raw, want = "2h", "GATEWAY_LANES_REFRESH: must be from 1s to 1h0m0s, got 2h0m0s"
+		}
+		if _, err := config.LoadSettings(env(map[string]string{v: raw})); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%s: %v, want %q", v, raw, err, want)
+		}
+	}
+
+	routes := []*gate.Route{
+		{Name: "pubsub", AckDeadline: 600 * time.Second, Renewal: gate.Renewal{MaxExtension: 600 * time.Second}},
+		{Name: "sns", AckDeadline: 15 * time.Second, Effect: gate.EffectSpec{Timeout: 5 * time.Second}},
+	}
+	if got := config.LongestLease(routes); got != 20*time.Minute {
+		t.Fatalf("longest lease = %s, want 20m", got)
+	}
+	s.FenceTTL = 39 * time.Minute
+	if err := s.CheckFenceTTL(routes); err == nil || !strings.Contains(err.Error(), "GATEWAY_FENCE_TTL: 39m0s is shorter than twice the longest lease a route can hold (40m0s)") {
+		t.Errorf("short fence TTL: %v", err)
+	}
+	s.FenceTTL, s.WriteTimeout = 40*time.Minute, time.Hour
+	if err := s.CheckRoutes(routes); err != nil {
+		t.Errorf("fence TTL of twice the longest lease: %v", err)
+	}
+}
+
 func TestAdmissionSettings(t *testing.T) {
 	t.Parallel()
 	s, err := config.LoadSettings(env(nil))

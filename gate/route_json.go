@@ -90,3 +90,22 @@ func (r *Renewal) UnmarshalJSON(b []byte) error {
 	r.Interval, r.MaxExtension = time.Duration(j.Interval), time.Duration(j.MaxExtension)
 	return nil
 }
+
+type reconcileJSON struct {
+	Interval      jsonDuration `json:"interval"`
+	MaxInterval   jsonDuration `json:"max_interval"`
+	RatePerSecond float64      `json:"rate_per_second"`
+}
+
+func (p ReconcilePolicy) MarshalJSON() ([]byte, error) {
+	return json.Marshal(reconcileJSON{jsonDuration(p.Interval), jsonDuration(p.MaxInterval), p.RatePerSecond})
+}
+
+func (p *ReconcilePolicy) UnmarshalJSON(b []byte) error {
+	var j reconcileJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	p.Interval, p.MaxInterval, p.RatePerSecond = time.Duration(j.Interval), time.Duration(j.MaxInterval), j.RatePerSecond
+	return nil
+}

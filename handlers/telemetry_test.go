@@ -199,6 +199,10 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 	e := newEnv(t, false, routeYAML("orders", "idempotent", "broker", "")+routeYAML("mail", "unsafe", "broker", ""))
 	scrape := func() string {
 		t.Helper()
+		// The lane gauges show the latest background count; take one now.
+		if err := e.gw.Lanes.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		req, _ := http.NewRequest(http.MethodGet, e.admin.URL+"/metrics", nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -213,7 +217,7 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 		return string(b)
 	}
 	lane := func(text, route string, state gate.State) float64 {
-		return metricValue(t, text, "ackgate_operations_open", map[string]string{"route": route, "state": string(state)})
+		return metricValue(t, text, "ackgate_lane_operations", map[string]string{"route": route, "state": string(state)})
 	}
 	before := scrape()
 	if lane(before, "orders", gate.StatePendingEffect) != 0 || lane(before, "mail", gate.StateEffectIndeterminate) != 0 {
@@ -240,8 +244,8 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 		{"ackgate_transitions_total", map[string]string{"route": "mail", "to": "effect_indeterminate"}, 1},
 		{"ackgate_downstream_duration_seconds_count", map[string]string{"route": "orders", "outcome": "retryable"}, 1},
 		{"ackgate_gate_duration_seconds_count", map[string]string{"route": "orders", "decision": "ack"}, 1},
-		{"ackgate_operations_open", map[string]string{"route": "orders", "state": "pending_effect"}, 1},
-		{"ackgate_operations_open", map[string]string{"route": "mail", "state": "effect_indeterminate"}, 1},
+		{"ackgate_lane_operations", map[string]string{"route": "orders", "state": "pending_effect"}, 1},
+		{"ackgate_lane_operations", map[string]string{"route": "mail", "state": "effect_indeterminate"}, 1},
 	} {
 		if got := metricValue(t, after, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

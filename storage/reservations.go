@@ -19,15 +19,47 @@ import (
 // floor passed to Acquire (the highest fence the ledger has recorded) keeps new
 // tokens above every token that ever reached the ledger, and the ledger refuses
 // writes under a superseded token whatever Redis says.
+//
+// That is also why a fencing counter may expire: every Acquire passes the
+// floor, so a counter that is gone is rebuilt above everything the ledger
+// holds. Each Acquire sets the counter's TTL again, so only operations
+// nobody has touched for a whole fence TTL lose theirs, and Redis holds one
+// counter per operation in flight, not one per operation in history.
 type Reservations struct {
-	c redis.UniversalClient
+	c        redis.UniversalClient
+	fenceTTL time.Duration
 }
 
 var _ gate.Reservations = (*Reservations)(nil)
 
+// DefaultFenceTTL is how long an operation's fencing counter outlives the
+// last Acquire on it, unless WithFenceTTL says otherwise.
+const DefaultFenceTTL = 24 * time.Hour
+
+// ReservationsOption adjusts a Reservations.
+type ReservationsOption func(*Reservations)
+
+// WithFenceTTL sets the fencing counters' TTL. It must exceed the longest
+// lease by a wide margin (config.Settings checks twice the longest route's
+// lease): a counter that expires while its lease is still held would be
+// rebuilt from the ledger's floor, which the holder may not have reached yet.
+func WithFenceTTL(d time.Duration) ReservationsOption {
+	return func(r *Reservations) {
+		if d > 0 {
+			r.fenceTTL = d
+		}
+	}
+}
+
 // NewReservations works with a standalone, Sentinel or Cluster client alike:
 // both keys of a reservation share a hash tag, so each script touches one slot.
-func NewReservations(c redis.UniversalClient) *Reservations { return &Reservations{c: c} }
+func NewReservations(c redis.UniversalClient, opts ...ReservationsOption) *Reservations {
+	r := &Reservations{c: c, fenceTTL: DefaultFenceTTL}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
 
 func leaseKey(key string) string { return "ackgate:{" + key + "}:lease" }
 func fenceKey(key string) string { return "ackgate:{" + key + "}:fence" }
@@ -52,8 +84,20 @@ if current < tonumber(ARGV[3]) then
 	reset = 1
 end
 local fence = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, reset}
+`)
+
+// forgetScript drops an operation's fencing counter unless its lease is held
+// right now: a holder is a delivery of a message whose evidence was just
+// purged (a broker redelivering past retention), and its counter expires on
+// its own later.
+var forgetScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+	return 0
+end
+return redis.call('DEL', KEYS[2])
 `)
 
 var renewScript = redis.NewScript(`
@@ -78,7 +122,7 @@ func (r *Reservations) Acquire(ctx context.Context, key, owner string, ttl time.
 	}
 	start := time.Now()
 	res, err := acquireScript.Run(ctx, r.c, []string{leaseKey(key), fenceKey(key)},
-		owner, ttl.Milliseconds(), floor).Int64Slice()
+		owner, ttl.Milliseconds(), floor, r.fenceTTL.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("acquire script answered %v", res)
 	}
@@ -113,6 +157,30 @@ func (r *Reservations) Renew(ctx context.Context, l gate.Lease, ttl time.Duratio
 func (r *Reservations) Release(ctx context.Context, l gate.Lease) error {
 	if err := releaseScript.Run(ctx, r.c, []string{leaseKey(l.Key)}, leaseValue(l)).Err(); err != nil {
 		return fmt.Errorf("storage: release %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// Forget drops what Redis keeps for operations whose evidence the ledger
+// no longer holds (the retention purge), one pipelined round trip for all of
+// them; each script touches one hash slot, so Cluster works too. A lease
+// held right now is left alone, and so is its counter.
+func (r *Reservations) Forget(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := r.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = forgetScript.Eval(ctx, pipe, []string{leaseKey(k), fenceKey(k)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("storage: forget %d reservations: %w", len(keys), err)
+	}
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("storage: forget %s: %w", keys[i], err)
+		}
 	}
 	return nil
 }

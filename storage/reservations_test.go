@@ -222,3 +222,48 @@ func TestReservationAcquireIsOneCommand(t *testing.T) {
 		t.Fatalf("fence key holds %d, lease has %d", got, l.Fence)
 	}
 }
+
+// Every Acquire gives the fencing counter the configured TTL again, so
+// Redis keeps counters only for operations touched within it; Forget drops
+// an idle operation's keys at once.
+func TestFenceCounterExpiresAndIsForgotten(t *testing.T) {
+	t.Parallel()
+	addr := testenv.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	r := storage.NewReservations(c, storage.WithFenceTTL(time.Hour))
+	ctx := context.Background()
+	l, err := r.Acquire(ctx, "op_ttl", "owner-a", time.Minute, 7)
+	if err != nil || l.Fence != 8 {
+		t.Fatalf("acquire: %+v, %v", l, err)
+	}
+	ttl, err := c.PTTL(ctx, "ackgate:{op_ttl}:fence").Result()
+	if err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("fence TTL after acquire = %s, %v; want about 1h", ttl, err)
+	}
+	// Shorten it by hand; the next Acquire sets it again.
+	if err := c.PExpire(ctx, "ackgate:{op_ttl}:fence", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = r.Acquire(ctx, "op_ttl", "owner-b", time.Minute, 0); err != nil || l.Fence != 9 {
+		t.Fatalf("second acquire: %+v, %v", l, err)
+	}
+	if ttl, _ := c.PTTL(ctx, "ackgate:{op_ttl}:fence").Result(); ttl <= 59*time.Minute {
+		t.Fatalf("fence TTL after the second acquire = %s, want it set again", ttl)
+	}
+	if err := r.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Forget(ctx, []string{"op_ttl"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("keys after forget = %d, %v; want none", n, err)
+	}
+	if err := r.Forget(ctx, nil); err != nil {
+		t.Fatalf("forget of nothing: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -134,40 +135,73 @@ func (m *Metrics) AdminAuthFailed(ctx context.Context, endpoint, reason string) 
 	m.adminAuth.Add(ctx, 1, metric.WithAttributes(attribute.String("endpoint", endpoint), attribute.String("reason", reason)))
 }
 
-// Lane is how many operations of a route are open in one state.
+// Lane is how many operations of a route wait in one lane state, and when
+// the oldest of them was created.
 type Lane struct {
-	Route string
-	State gate.State
-	N     int64
+	Route  string
+	State  gate.State
+	N      int64
+	Oldest time.Time
 }
 
-// ObserveLanes registers the lane gauge: operations now pending an effect or
-// indeterminate, per route, read from the ledger at collection time (so every
-// replica reports the same, shared numbers; alert on max, not sum). Routes
-// whose lanes are empty report 0 so an alert can see them clear.
-func (m *Metrics) ObserveLanes(routes []*gate.Route, count func(ctx context.Context) ([]Lane, error)) error {
-	g, err := m.meter.Int64ObservableGauge("ackgate.operations.open",
-		metric.WithDescription("Operations now waiting in the pending_effect or effect_indeterminate lane, per route (read from the ledger)."))
+// laneStates are the states the lane gauges report for every route, 0 when
+// empty, so an alert can see a lane clear. aged are those whose oldest
+// operation's age is reported too: the work that waits on someone.
+var (
+	laneStates = []gate.State{gate.StateReceived, gate.StateReserved, gate.StatePendingEffect,
+		gate.StateEffectIndeterminate, gate.StateEffectConfirmed, gate.StateAckPending, gate.StateTerminalFailure}
+	agedStates = []gate.State{gate.StatePendingEffect, gate.StateEffectIndeterminate}
+)
+
+// ObserveLanes registers the lane gauges, read from snapshot at collection
+// time: operations per route and lane state, the age of the oldest
+// indeterminate and pending operation, and the snapshot's own age.
+// snapshot returns the latest background count (a zero time before the first);
+// a scrape never queries the ledger. Every replica counts the same shared
+// ledger, so alert on max, not sum.
+func (m *Metrics) ObserveLanes(routes []*gate.Route, snapshot func() (time.Time, []Lane)) error {
+	ops, err := m.meter.Int64ObservableGauge("ackgate.lane.operations",
+		metric.WithDescription("Operations waiting in each lane state, per route, as of the latest background count (ackgate.lane.snapshot_age)."))
 	if err != nil {
 		return fmt.Errorf("telemetry: lane gauge: %w", err)
 	}
-	_, err = m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		lanes, err := count(ctx)
-		if err != nil {
-			return err
+	oldest, err := m.meter.Float64ObservableGauge("ackgate.lane.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest operation in the pending_effect and effect_indeterminate lanes, per route; 0 when the lane is empty."))
+	if err != nil {
+		return fmt.Errorf("telemetry: lane gauge: %w", err)
+	}
+	age, err := m.meter.Float64ObservableGauge("ackgate.lane.snapshot_age", metric.WithUnit("s"),
+		metric.WithDescription("How old the lane gauges' numbers are: time since the background count they come from."))
+	if err != nil {
+		return fmt.Errorf("telemetry: lane gauge: %w", err)
+	}
+	_, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		at, lanes := snapshot()
+		if at.IsZero() {
+			return nil // not counted yet: no numbers rather than false zeros
 		}
-		seen := map[[2]string]int64{}
+		now := time.Now()
+		o.ObserveFloat64(age, now.Sub(at).Seconds())
+		seen := make(map[[2]string]Lane, len(lanes))
 		for _, l := range lanes {
-			seen[[2]string{l.Route, string(l.State)}] = l.N
+			seen[[2]string{l.Route, string(l.State)}] = l
 		}
 		for _, r := range routes {
-			for _, st := range []gate.State{gate.StatePendingEffect, gate.StateEffectIndeterminate} {
-				o.ObserveInt64(g, seen[[2]string{r.Name, string(st)}],
-					metric.WithAttributes(attribute.String("route", r.Name), attribute.String("state", string(st))))
+			for _, st := range laneStates {
+				l := seen[[2]string{r.Name, string(st)}]
+				attrs := metric.WithAttributes(attribute.String("route", r.Name), attribute.String("state", string(st)))
+				o.ObserveInt64(ops, l.N, attrs)
+				if slices.Contains(agedStates, st) {
+					var a float64
+					if l.N > 0 && !l.Oldest.IsZero() {
+						a = max(0, now.Sub(l.Oldest).Seconds())
+					}
+					o.ObserveFloat64(oldest, a, attrs)
+				}
 			}
 		}
 		return nil
-	}, g)
+	}, ops, oldest, age)
 	if err != nil {
 		return fmt.Errorf("telemetry: lane gauge: %w", err)
 	}

@@ -71,7 +71,8 @@ func help(args []string, stdout io.Writer) error {
 }
 
 // serve runs the gateway until ctx ends: settings and routes, logging and
-// telemetry, the gateway itself (package wiring), then the two listeners.
+// telemetry, the gateway itself (package wiring), then the two listeners
+// and the background workers.
 func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
 	s, routes, err := loadConfig(getenv)
 	if err != nil {
@@ -106,6 +107,18 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
+	// The background workers (reconciler, purge, lane gauges) run beside
+	// the listeners and stop with them, before the connections close.
+	bctx, stopBackground := context.WithCancel(ctx)
+	background := make(chan struct{})
+	go func() {
+		defer close(background)
+		gw.RunBackground(bctx)
+	}()
+	defer func() {
+		stopBackground()
+		<-background
+	}()
 	log.Info("gateway serving", "ingest", ingestLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"routes", len(routes), "instance", s.InstanceID)
 	fmt.Fprintf(stdout, "ingest %s admin %s\n", ingestLn.Addr(), adminLn.Addr())

@@ -319,6 +319,11 @@ func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, dow
 		"GATEWAY_ADMIN_TOKEN=loadgen-"+randomHex(12),
 		"GATEWAY_INSTANCE_ID=loadgen",
 		"GATEWAY_LOG_LEVEL="+logLevel,
+		// The background work (lane count, purge) runs once at start and
+		// then not again for the run: its queries would be counted as the
+		// deliveries' and would reopen connections the phases end.
+		"GATEWAY_LANES_REFRESH=1h",
+		"GATEWAY_PURGE_INTERVAL=24h",
 	)
 	mig := exec.CommandContext(ctx, bin, "migrate")
 	mig.Env = append(env, "GATEWAY_DATABASE_URL="+dbURL)

@@ -564,6 +564,35 @@ var reservationCases = []reservationCase{
 			t.Fatalf("acquire after data loss with floor %d: %+v, %v", a.Fence, b, err)
 		}
 	}},
+	{"forget drops an idle counter and never a held lease", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		f, ok := r.(interface {
+			Forget(ctx context.Context, keys []string) error
+		})
+		if !ok {
+			t.Fatalf("%T has no Forget", r)
+		}
+		idle, err := r.Acquire(ctx, "op_idle", "owner-a", time.Minute, 0)
+		must(t, err)
+		must(t, r.Release(ctx, idle))
+		held, err := r.Acquire(ctx, "op_held", "owner-a", time.Minute, 0)
+		must(t, err)
+		must(t, f.Forget(ctx, []string{"op_idle", "op_held", "op_never"}))
+		// The idle counter is gone: without a floor it starts again.
+		again, err := r.Acquire(ctx, "op_idle", "owner-b", time.Minute, 0)
+		if err != nil || again.Fence != 1 {
+			t.Fatalf("acquire after forget: %+v, %v, want fence 1", again, err)
+		}
+		// The held lease still holds, and its counter still counts.
+		if _, err := r.Acquire(ctx, "op_held", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("forget freed a held lease: %v", err)
+		}
+		must(t, r.Release(ctx, held))
+		next, err := r.Acquire(ctx, "op_held", "owner-b", time.Minute, 0)
+		if err != nil || next.Fence <= held.Fence {
+			t.Fatalf("after forget of a held lease: %+v, %v (held fence %d)", next, err, held.Fence)
+		}
+	}},
 }
 
 func must(t *testing.T, err error) {

@@ -124,6 +124,33 @@ func (r *Reservations) Release(_ context.Context, l gate.Lease) error {
 	return nil
 }
 
+// Forget drops the fencing counters of keys whose lease is not held now,
+// as the Redis adapter does for operations the retention purge removed.
+func (r *Reservations) Forget(_ context.Context, keys []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Calls++
+	if r.Fail != nil {
+		return r.Fail
+	}
+	now := r.now()
+	for _, k := range keys {
+		if l, ok := r.leases[k]; ok && now.Before(l.Expires) {
+			continue
+		}
+		delete(r.leases, k)
+		delete(r.fences, k)
+	}
+	return nil
+}
+
+// Keys is how many keys the store holds: a lease or a counter each.
+func (r *Reservations) Keys() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.leases) + len(r.fences)
+}
+
 // Held reports whether key's lease is held now.
 func (r *Reservations) Held(key string) bool {
 	r.mu.Lock()

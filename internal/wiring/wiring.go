@@ -1,6 +1,7 @@
 // Package wiring builds a gateway from its settings and routes: the Postgres
 // pool and ledger, the Redis client and reservations, the effects client, the
-// gate, broker authentication, and the ingest and admin handlers.
+// gate, broker authentication, the ingest and admin handlers, and the
+// background workers (package recovery) that serve runs beside them.
 //
 // It exists so that there is one construction path. `gateway serve` runs it,
 // and so do the HTTP tests, which therefore exercise the wiring production
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +29,7 @@ import (
 	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/recovery"
 	"github.com/ackgate/ackgate/storage"
 	"github.com/ackgate/ackgate/telemetry"
 )
@@ -39,6 +42,11 @@ var (
 	_ handlers.Deliverer       = (*gate.Gate)(nil)
 	_ handlers.PoisonLog       = (*storage.PoisonLog)(nil)
 	_ handlers.PoisonStore     = (*storage.PoisonLog)(nil)
+
+	_ recovery.DueClaimer      = (*storage.Maintenance)(nil)
+	_ recovery.ExpiredStore    = (*storage.Maintenance)(nil)
+	_ recovery.Forgetter       = (*storage.Reservations)(nil)
+	_ recovery.Settler         = (*gate.Gate)(nil)
 	_ handlers.Resolver        = (*gate.Gate)(nil)
 	_ handlers.DeadLetterStore = (*storage.Ledger)(nil)
 )
@@ -78,8 +86,17 @@ type Gateway struct {
 	Poison        *storage.PoisonLog
 	Pool          *pgxpool.Pool
 	Redis         redis.UniversalClient
+	Reservations  *storage.Reservations
 
-	effects *downstream.Client
+	// The background work RunBackground runs: the lane gauges' count, the
+	// reconciler of lookup routes, and the retention purge.
+	Maintenance *storage.Maintenance
+	Lanes       *recovery.Lanes
+	Reconciler  *recovery.Reconciler
+	Purger      *recovery.Purger
+
+	effects      *downstream.Client
+	lanesRefresh time.Duration
 }
 
 // Instrumentation scopes of the spans the gateway's own packages start.
@@ -112,6 +129,9 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	if err := s.CheckKeyHashSecret(o.Routes); err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	if err := s.CheckFenceTTL(o.Routes); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
 	if s.KeyHashSecret != "" {
@@ -147,14 +167,15 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.Ledger = storage.NewLedger(g.Pool)
 	g.Subscriptions = storage.NewSubscriptions(g.Pool)
 	g.Poison = storage.NewPoisonLog(g.Pool, 0)
-	if err = observeLanes(tel.Metrics, o.Routes, g.Ledger); err != nil {
-		return nil, err
-	}
+	g.Reservations = storage.NewReservations(g.Redis, storage.WithFenceTTL(s.FenceTTL))
 	g.effects = downstream.New(downstream.Options{TracerProvider: tel.TracerProvider, Propagators: tel.Propagators})
 	g.Gate = &gate.Gate{
-		Ledger: g.Ledger, Reservations: storage.NewReservations(g.Redis), Effects: g.effects,
+		Ledger: g.Ledger, Reservations: g.Reservations, Effects: g.effects,
 		Owner: s.InstanceID, Now: o.Now, NewToken: token,
 		Tracer: tel.TracerProvider.Tracer(gateTracer), Recorder: tel.Metrics,
+	}
+	if err = g.background(s, o.Routes, tel, log, o.Now); err != nil {
+		return nil, err
 	}
 
 	byName := make(map[string]*gate.Route, len(o.Routes))
@@ -213,16 +234,63 @@ func (g *Gateway) Close() {
 	}
 }
 
-// observeLanes feeds the lane gauges from the ledger, read at scrape time.
-func observeLanes(m *telemetry.Metrics, routes []*gate.Route, ledger *storage.Ledger) error {
-	return m.ObserveLanes(routes, func(ctx context.Context) ([]telemetry.Lane, error) {
-		counts, err := ledger.LaneCounts(ctx)
-		lanes := make([]telemetry.Lane, len(counts))
-		for i, c := range counts {
-			lanes[i] = telemetry.Lane{Route: c.Route, State: c.State, N: c.N}
+// background builds the workers RunBackground runs and registers their
+// metrics; the lane gauges read the workers' snapshot, never the ledger.
+func (g *Gateway) background(s config.Settings, routes []*gate.Route, tel *telemetry.Telemetry, log *slog.Logger, now func() time.Time) error {
+	g.Maintenance = storage.NewMaintenance(g.Pool)
+	g.lanesRefresh = s.LanesRefresh
+	var err error
+	g.Lanes, err = recovery.NewLanes(func(ctx context.Context) ([]recovery.LaneStat, error) {
+		stats, err := g.Maintenance.LaneStats(ctx)
+		out := make([]recovery.LaneStat, len(stats))
+		for i, st := range stats {
+			out[i] = recovery.LaneStat(st)
 		}
-		return lanes, err
+		return out, err
+	}, log)
+	if err != nil {
+		return err
+	}
+	if err := tel.Metrics.ObserveLanes(routes, func() (time.Time, []telemetry.Lane) {
+		snap := g.Lanes.Snapshot()
+		lanes := make([]telemetry.Lane, len(snap.Stats))
+		for i, st := range snap.Stats {
+			lanes[i] = telemetry.Lane(st)
+		}
+		return snap.At, lanes
+	}); err != nil {
+		return err
+	}
+	names := make([]string, len(routes))
+	for i, r := range routes {
+		names[i] = r.Name
+	}
+	rm, err := tel.Metrics.NewRecoveryMetrics(names)
+	if err != nil {
+		return err
+	}
+	if g.Reconciler, err = recovery.NewReconciler(recovery.ReconcilerOptions{
+		Claims: g.Maintenance, Settler: g.Gate, Routes: routes, Poll: s.ReconcilePoll, Recorder: rm, Logger: log,
+	}); err != nil {
+		return err
+	}
+	g.Purger, err = recovery.NewPurger(recovery.PurgerOptions{
+		Store: g.Maintenance, Forget: g.Reservations, Routes: routes, Batch: int(s.PurgeBatch),
+		Every: s.PurgeInterval, Recorder: rm, Logger: log, Now: now,
 	})
+	return err
+}
+
+// RunBackground runs the background workers until ctx ends and returns
+// once all of them have stopped. A worker's failing round is logged and
+// tried again; none of them ends the process. Run it beside the listeners
+// and stop it before Close.
+func (g *Gateway) RunBackground(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { g.Lanes.Run(ctx, g.lanesRefresh) })
+	wg.Go(func() { g.Reconciler.Run(ctx) })
+	wg.Go(func() { g.Purger.Run(ctx) })
+	wg.Wait()
 }
 
 // token is a fresh random owner token for one delivery's lease.
