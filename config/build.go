@@ -133,14 +133,32 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		errs.add("renewal.max_extension", "must not be negative, got %s", maxExt)
 	}
 
-	buildEffect(r, spec, &errs)
-	if brokerOK && r.Effect.Timeout > 0 && r.Effect.Timeout > ack+maxExt {
+	// The shape decides what the effect is (a call, or a statement) and
+	// which deadline bounds it.
+	r.Shape, _ = shapes.parse(&errs, "shape", spec.Shape)
+	if r.Shape == gate.ShapeLocal {
+		buildLocal(r, spec, &errs)
+	} else {
+		buildEffect(r, spec, &errs)
+		if spec.Local != nil {
+			errs.add("local", "only applies to shape local, not %s", r.Shape)
+		}
+	}
+	buildHandoff(r, spec, &errs)
+	switch {
+	case r.Shape == gate.ShapeHandoff:
+		// The relay answers no broker: its call is bounded by its own
+		// timeout, not by the lease a delivery holds.
+	case r.Shape == gate.ShapeLocal:
+		if brokerOK && r.Local != nil && r.Local.Timeout > ack+maxExt {
+			errs.add("local.timeout", "%s is longer than ack_deadline + renewal.max_extension (%s): the broker would give up before the statement ends", r.Local.Timeout, ack+maxExt)
+		}
+	case brokerOK && r.Effect.Timeout > 0 && r.Effect.Timeout > ack+maxExt:
 		errs.add("effect.timeout", "%s is longer than ack_deadline + renewal.max_extension (%s): the lease would lapse while the call still runs, and another replica could start the effect again", r.Effect.Timeout, ack+maxExt)
 	}
 
-	// Shape and its settle policy.
+	// The shape's settle policy.
 	dedupe, dedupeSet := errs.duration("dedupe_window", spec.DedupeWindow)
-	r.Shape, _ = shapes.parse(&errs, "shape", spec.Shape)
 	switch r.Shape {
 	case gate.ShapeIdempotent:
 		if !dedupeSet && spec.DedupeWindow == "" {
@@ -149,17 +167,25 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 			errs.add("dedupe_window", "must be positive, got %s", dedupe)
 		}
 		r.DedupeWindow = dedupe
-	case gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable:
+	case gate.ShapeHandoff:
+		// Optional: a downstream that deduplicates lets the relay retry
+		// after a lost response inside this window.
+		if dedupeSet && dedupe <= 0 {
+			errs.add("dedupe_window", "must be positive, got %s", dedupe)
+		}
+		r.DedupeWindow = dedupe
+	case gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable, gate.ShapeLocal:
 		if spec.DedupeWindow != "" {
-			errs.add("dedupe_window", "only applies to shape idempotent, not %s", r.Shape)
+			errs.add("dedupe_window", "only applies to shapes idempotent and handoff, not %s", r.Shape)
 		}
 	}
 	switch {
 	case r.Shape == gate.ShapeLookup && r.Effect.LookupURL == "":
 		errs.add("effect.lookup_url", "required for shape lookup")
-	case r.Shape != gate.ShapeLookup && r.Effect.LookupURL != "" && r.Shape != "":
-		errs.add("effect.lookup_url", "only applies to shape lookup, not %s", r.Shape)
+	case r.Shape != gate.ShapeLookup && r.Shape != gate.ShapeHandoff && r.Effect.LookupURL != "" && r.Shape != "":
+		errs.add("effect.lookup_url", "only applies to shapes lookup and handoff, not %s", r.Shape)
 	}
+	r.CommitBoundary = commitBoundary(r.Shape)
 
 	buildReconcile(r, spec, &errs)
 
@@ -172,6 +198,9 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 		errs.add("max_attempts", "must be from 1 to %d, got %d", MaxAttemptsLimit, r.MaxAttempts)
 	}
 	r.DeadLetter, _ = deadLetters.parse(&errs, "dead_letter", spec.DeadLetter)
+	if r.Shape == gate.ShapeHandoff && r.DeadLetter != gate.DeadLetterGateway && r.DeadLetter != "" {
+		errs.add("dead_letter", "must be gateway for shape handoff: the broker was acked when the outbox entry committed, so only the gateway can hold what the relay gives up on")
+	}
 
 	buildRetention(r, spec, &errs)
 

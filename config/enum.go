@@ -21,7 +21,7 @@ type enum[T ~string] struct {
 // name its authenticator, and its errors say how to ask for none.
 var (
 	brokers     = enum[gate.Broker]{values: []gate.Broker{gate.BrokerPubSub, gate.BrokerSNS}}
-	shapes      = enum[gate.Shape]{values: []gate.Shape{gate.ShapeIdempotent, gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable}}
+	shapes      = enum[gate.Shape]{values: []gate.Shape{gate.ShapeIdempotent, gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable, gate.ShapeHandoff, gate.ShapeLocal}}
 	deadLetters = enum[gate.DeadLetterPolicy]{def: gate.DeadLetterBroker, values: []gate.DeadLetterPolicy{gate.DeadLetterGateway, gate.DeadLetterBroker}}
 	keyKinds    = enum[gate.KeyKind]{def: gate.KeyMessageID, values: []gate.KeyKind{gate.KeyMessageID, gate.KeyAttribute, gate.KeyJSONPointer}}
 	bodyModes   = enum[gate.BodyMode]{def: gate.BodyRaw, values: []gate.BodyMode{gate.BodyRaw, gate.BodyEnvelope, gate.BodyCloudEvent}}

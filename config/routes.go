@@ -49,6 +49,16 @@ const (
 	DefaultReconcileInterval    = 30 * time.Second
 	DefaultReconcileMaxInterval = 15 * time.Minute
 	DefaultReconcileRate        = 5.0
+
+	// A local statement gets 5 s by default, like an effect call; the
+	// relay of a handoff route first retries after a second and backs off
+	// to five minutes, so an outage is absorbed by the outbox.
+	DefaultLocalTimeout    = 5 * time.Second
+	DefaultHandoffRetryMin = time.Second
+	DefaultHandoffRetryMax = 5 * time.Minute
+	// MaxHandoffEffectTimeout bounds one relay call: it answers no broker,
+	// but a pass must still end so a crashed replica's entry is taken up.
+	MaxHandoffEffectTimeout = time.Hour
 )
 
 // Limits enforced by validation.
@@ -96,6 +106,8 @@ type routeSpec struct {
 	Shape           string           `yaml:"shape"`
 	DedupeWindow    string           `yaml:"dedupe_window"`
 	Reconcile       *reconcileSpec   `yaml:"reconcile"`
+	Local           *localSpec       `yaml:"local"`
+	Handoff         *handoffSpec     `yaml:"handoff"`
 	MaxAttempts     *int             `yaml:"max_attempts"`
 	DeadLetter      string           `yaml:"dead_letter"`
 	AckDeadline     string           `yaml:"ack_deadline"`
@@ -142,6 +154,21 @@ type reconcileSpec struct {
 	Interval      string   `yaml:"interval"`
 	MaxInterval   string   `yaml:"max_interval"`
 	RatePerSecond *float64 `yaml:"rate_per_second"`
+}
+
+// localSpec is a local route's statement. Each params entry is one of
+// data_json, data_bytes, idempotency_key, operation_id, message_id or
+// attribute:NAME, bound in order to $1, $2, ...
+type localSpec struct {
+	SQL     string   `yaml:"sql"`
+	Params  []string `yaml:"params"`
+	Role    string   `yaml:"role"`
+	Timeout string   `yaml:"timeout"`
+}
+
+type handoffSpec struct {
+	RetryMin string `yaml:"retry_min"`
+	RetryMax string `yaml:"retry_max"`
 }
 
 type renewalSpec struct {

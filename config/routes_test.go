@@ -89,27 +89,29 @@ func TestDefaults(t *testing.T) {
 	want := []*gate.Route{
 		{
 			Name: "r", Tenant: "default", Broker: gate.BrokerPubSub, Auth: "none", PubSubMode: gate.PubSubWrapped,
-			Key:         gate.KeySource{Kind: gate.KeyMessageID},
-			Fingerprint: gate.FingerprintSpec{Version: 1, Data: true},
-			Effect:      wantEffect,
-			Shape:       gate.ShapeRepeatable,
-			MaxAttempts: 5,
-			DeadLetter:  gate.DeadLetterBroker,
-			AckDeadline: 10 * time.Second,
-			Renewal:     gate.Renewal{Interval: 10 * time.Second / 3, MaxExtension: 10 * time.Second},
-			Retention:   8 * 24 * time.Hour,
+			Key:            gate.KeySource{Kind: gate.KeyMessageID},
+			Fingerprint:    gate.FingerprintSpec{Version: 1, Data: true},
+			Effect:         wantEffect,
+			Shape:          gate.ShapeRepeatable,
+			CommitBoundary: "the downstream's evidence of the effect",
+			MaxAttempts:    5,
+			DeadLetter:     gate.DeadLetterBroker,
+			AckDeadline:    10 * time.Second,
+			Renewal:        gate.Renewal{Interval: 10 * time.Second / 3, MaxExtension: 10 * time.Second},
+			Retention:      8 * 24 * time.Hour,
 		},
 		{
 			Name: "s", Tenant: "default", Broker: gate.BrokerSNS, Auth: "none",
-			Key:         gate.KeySource{Kind: gate.KeyMessageID},
-			Fingerprint: gate.FingerprintSpec{Version: 1, Data: true},
-			Effect:      wantEffect,
-			Shape:       gate.ShapeRepeatable,
-			MaxAttempts: 5,
-			DeadLetter:  gate.DeadLetterBroker,
-			AckDeadline: 15 * time.Second,
-			Renewal:     gate.Renewal{Interval: 5 * time.Second, MaxExtension: 0},
-			Retention:   2 * time.Hour,
+			Key:            gate.KeySource{Kind: gate.KeyMessageID},
+			Fingerprint:    gate.FingerprintSpec{Version: 1, Data: true},
+			Effect:         wantEffect,
+			Shape:          gate.ShapeRepeatable,
+			CommitBoundary: "the downstream's evidence of the effect",
+			MaxAttempts:    5,
+			DeadLetter:     gate.DeadLetterBroker,
+			AckDeadline:    15 * time.Second,
+			Renewal:        gate.Renewal{Interval: 5 * time.Second, MaxExtension: 0},
+			Retention:      2 * time.Hour,
 		},
 	}
 	for i, got := range routes {
@@ -242,7 +244,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"status out of range", func(m map[string]any) { effect(m)["terminal_statuses"] = []int{99, 600} }, `route "r": effect.terminal_statuses: 99 is not an HTTP status`},
 		{"status 2xx", func(m map[string]any) { effect(m)["retryable_statuses"] = []int{202} }, `route "r": effect.retryable_statuses: 202 is a success`},
 		{"shape missing", func(m map[string]any) { delete(m, "shape") }, `route "r": shape: required`},
-		{"shape unknown", func(m map[string]any) { m["shape"] = "handoff" }, `route "r": shape: "handoff" is not`},
+		{"shape unknown", func(m map[string]any) { m["shape"] = "outbox" }, `route "r": shape: "outbox" is not`},
 		{"lookup without url", func(m map[string]any) { m["shape"] = "lookup" }, `route "r": effect.lookup_url: required for shape lookup`},
 		{"lookup url without key", func(m map[string]any) {
 			m["shape"] = "lookup"
@@ -252,13 +254,13 @@ func TestInvalidRoutes(t *testing.T) {
 			m["shape"] = "lookup"
 			effect(m)["lookup_url"] = "/effects/{key}"
 		}, `route "r": effect.lookup_url: `},
-		{"lookup url on other shape", func(m map[string]any) { effect(m)["lookup_url"] = "http://h/{key}" }, `route "r": effect.lookup_url: only applies to shape lookup`},
+		{"lookup url on other shape", func(m map[string]any) { effect(m)["lookup_url"] = "http://h/{key}" }, `route "r": effect.lookup_url: only applies to shapes lookup and handoff`},
 		{"idempotent without window", func(m map[string]any) { m["shape"] = "idempotent" }, `route "r": dedupe_window: required for shape idempotent`},
 		{"idempotent zero window", func(m map[string]any) {
 			m["shape"] = "idempotent"
 			m["dedupe_window"] = "0s"
 		}, `route "r": dedupe_window: must be positive`},
-		{"window on other shape", func(m map[string]any) { m["dedupe_window"] = "24h" }, `route "r": dedupe_window: only applies to shape idempotent`},
+		{"window on other shape", func(m map[string]any) { m["dedupe_window"] = "24h" }, `route "r": dedupe_window: only applies to shapes idempotent and handoff`},
 		{"max attempts zero", func(m map[string]any) { m["max_attempts"] = 0 }, `route "r": max_attempts: must be from 1 to 100, got 0`},
 		{"max attempts large", func(m map[string]any) { m["max_attempts"] = 101 }, `route "r": max_attempts: must be from 1 to 100, got 101`},
 		{"dead letter", func(m map[string]any) { m["dead_letter"] = "drop" }, `route "r": dead_letter: "drop" is not gateway or broker`},

@@ -435,6 +435,19 @@ func TestStatementNeverClaimsMoreThanTheRecord(t *testing.T) {
 	if !strings.Contains(conf, "never executed") {
 		t.Fatalf("conflict statement: %s", conf)
 	}
+	// A handoff says what its ack promised: the outbox entry, not the effect.
+	pending := Statement(&Operation{ID: "op_h", State: StatePendingEffect, HandedOffAt: &now, AttemptCount: 1})
+	if !strings.Contains(pending, "handed off at") || !strings.Contains(pending, "Effect evidence pending") || strings.Contains(pending, "result") {
+		t.Fatalf("handed-off statement: %s", pending)
+	}
+	relayed := Statement(&Operation{ID: "op_h", State: StateAcknowledged, HandedOffAt: &now, ResultID: "r-9", EvidenceAt: &now, AckedAt: &now})
+	if !strings.Contains(relayed, `"r-9"`) || !strings.Contains(relayed, "acknowledged when the operation was handed off") {
+		t.Fatalf("relayed statement: %s", relayed)
+	}
+	local := Statement(&Operation{ID: "op_l", State: StateAckPending, Shape: ShapeLocal, ResultID: "42", EvidenceAt: &now, AttemptCount: 1})
+	if !strings.Contains(local, "same transaction as this record") || strings.Contains(local, "downstream") {
+		t.Fatalf("local statement: %s", local)
+	}
 }
 
 func TestScopeKeyIsUnambiguous(t *testing.T) {

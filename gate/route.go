@@ -196,8 +196,13 @@ type Route struct {
 
 	Key         KeySource       `json:"operation_key"`
 	Fingerprint FingerprintSpec `json:"fingerprint"`
-	Effect      EffectSpec      `json:"effect"`
-	Shape       Shape           `json:"shape"`
+	// Effect is the downstream call; absent on a ShapeLocal route, whose
+	// effect is Local.
+	Effect EffectSpec `json:"effect,omitzero"`
+	Shape  Shape      `json:"shape"`
+	// CommitBoundary says what must be durable before the broker is acked:
+	// the downstream's evidence, an outbox entry, or a local transaction.
+	CommitBoundary string `json:"commit_boundary"`
 	// DedupeWindow is how long the provider honours an idempotency key
 	// (ShapeIdempotent): a retry after a lost response is safe only inside it.
 	DedupeWindow time.Duration `json:"dedupe_window,omitempty"`

@@ -12,18 +12,28 @@ import (
 func Statement(op *Operation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, op.ContractVersion)
+	if op.HandedOffAt != nil && !op.State.Confirmed() && op.State != StateConflicting {
+		handedOff(&b, op)
+		return b.String()
+	}
 	switch op.State {
 	case StateEffectConfirmed, StateAckPending, StateAcknowledged:
-		if op.ResultID != "" {
+		switch {
+		case op.Shape == ShapeLocal && op.ResultID != "":
+			fmt.Fprintf(&b, "the local statement's result is %q, committed at %s in the same transaction as this record, after %d attempt(s). ",
+				op.ResultID, stamp(op.EvidenceAt), op.AttemptCount)
+		case op.ResultID != "":
 			fmt.Fprintf(&b, "the downstream's effect evidence is result %q, committed to the ledger at %s after %d attempt(s). ",
 				op.ResultID, stamp(op.EvidenceAt), op.AttemptCount)
-		} else {
+		default:
 			// A status-only route: nothing but the answer's status says the
 			// effect happened, and the statement must not suggest more.
 			fmt.Fprintf(&b, "the downstream's effect evidence is its status code only (%s, no result id), committed to the ledger at %s after %d attempt(s). ",
 				successStatus(op.LastAttempt), stamp(op.EvidenceAt), op.AttemptCount)
 		}
-		if op.State == StateAcknowledged {
+		if op.HandedOffAt != nil {
+			fmt.Fprintf(&b, "The broker was acknowledged when the operation was handed off at %s, before the effect; the relay then delivered it.", stamp(op.HandedOffAt))
+		} else if op.State == StateAcknowledged {
 			fmt.Fprintf(&b, "The acknowledging response was written to the broker at %s; a push broker gives no further confirmation.", stamp(op.AckedAt))
 		} else {
 			b.WriteString("The ack has not been confirmed as sent; a redelivery will be acked without a new effect.")
@@ -67,4 +77,21 @@ func laneOr(l string) string {
 		return "operator"
 	}
 	return l
+}
+
+// handedOff states what a handoff promised before its effect is
+// evidenced: the broker's ack covered the outbox entry, not the effect.
+func handedOff(b *strings.Builder, op *Operation) {
+	fmt.Fprintf(b, "handed off at %s: the operation and its outbox entry were committed, and the broker was acknowledged then, before any effect. ",
+		stamp(op.HandedOffAt))
+	switch op.State {
+	case StateEffectIndeterminate:
+		fmt.Fprintf(b, "The relay's effect is indeterminate after %d attempt(s) (%s): it is not resent until the %s lane settles it.",
+			op.AttemptCount, op.Reason, laneOr(op.Lane))
+	case StateTerminalFailure:
+		fmt.Fprintf(b, "The relay will not attempt it again after %d attempt(s): %s. Dead-lettered by the gateway; no effect evidence.",
+			op.AttemptCount, op.Reason)
+	default:
+		fmt.Fprintf(b, "Effect evidence pending: the relay has made %d attempt(s) so far (state %s).", op.AttemptCount, op.State)
+	}
 }

@@ -137,16 +137,6 @@ func (p *provider) counts(key string) (calls, lookups int) {
 	return p.calls[key], p.lookups[key]
 }
 
-func (p *provider) totalLookups() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, v := range p.lookups {
-		n += v
-	}
-	return n
-}
-
 // routesFor is a lookup route (pay) and an unsafe one (mail) on p, with
 // the shortest reconcile interval and a pace no test waits on.
 func routesFor(p *provider) string {

@@ -176,7 +176,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	g.Reservations = storage.NewReservations(g.Redis, storage.WithFenceTTL(s.FenceTTL))
 	g.effects = downstream.New(downstream.Options{TracerProvider: tel.TracerProvider, Propagators: tel.Propagators})
 	g.Gate = &gate.Gate{
-		Ledger: g.Ledger, Reservations: g.Reservations, Effects: g.effects,
+		Ledger: g.Ledger, Reservations: g.Reservations, Effects: g.effects, Local: g.Ledger,
 		Owner: s.InstanceID, Now: o.Now, NewToken: token,
 		Tracer: tel.TracerProvider.Tracer(gateTracer), Recorder: tel.Metrics,
 	}
