@@ -94,6 +94,11 @@ fuzz:
 # child behind). Ctrl-C stops the gateway, and the trap stops the downstream.
 run: services build
 	GATEWAY_ROUTES_FILE=$(ROUTES_FILE) $(BIN_DIR)/gateway migrate
+	@if command -v psql >/dev/null; then \
+		psql -X -q -v ON_ERROR_STOP=1 "$${GATEWAY_DATABASE_URL:-postgres://ackgate:ackgate@127.0.0.1:5432/ackgate?sslmode=disable}" -f examples/local.sql; \
+	else \
+		echo "run: no psql here; apply examples/local.sql to the ledger's database for the orders-local route"; \
+	fi
 	@downstream=""; \
 	stop_downstream() { \
 		if [[ -n "$$downstream" ]] && kill -0 "$$downstream" 2>/dev/null; then \

@@ -91,9 +91,27 @@
 //	                  [408, 425, 429, 500, 502, 503, 504]
 //	effect.terminal_statuses
 //	                  [400, 401, 403, 404, 410, 422]
-//	effect.lookup_url required for, and only for, shape lookup; contains {key}
-//	shape             required: idempotent | lookup | unsafe | repeatable
-//	dedupe_window     required for, and only for, shape idempotent
+//	effect.lookup_url required for shape lookup, optional for handoff (the
+//	                  relay asks it after a lost response); contains {key}
+//	shape             required: idempotent | lookup | unsafe | repeatable |
+//	                  handoff | local
+//	dedupe_window     required for shape idempotent; optional for handoff
+//	                  (the relay retries a lost response inside it)
+//	local             shape local only, which has no effect: block:
+//	  .sql            the statement, run in the ledger's database in the
+//	                  transaction that records its evidence; its one
+//	                  returned value is the result id
+//	  .params         bound in order to $1, $2, ...: data_json, data_bytes,
+//	                  idempotency_key, operation_id, message_id,
+//	                  attribute:NAME; must match the statement's placeholders
+//	  .role           optional; SET LOCAL ROLE for the statement only
+//	  .timeout        5s; at most ack_deadline + renewal.max_extension; past
+//	                  it the statement is rolled back and the delivery nacked
+//	handoff           shape handoff only: retry_min 1s, retry_max 5m, the
+//	                  relay's backoff after a pass that left the effect open.
+//	                  A handoff route's effect.timeout bounds the relay's call
+//	                  (at most 1h), not the broker's deadline; dead_letter
+//	                  must be gateway; body_mode envelope is refused
 //	reconcile         lookup only: interval 30s (1s to 24h), max_interval 15m
 //	                  (at least interval), rate_per_second 5 (per replica,
 //	                  at most 1000); how the reconciler works the route's

@@ -42,8 +42,12 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadRoutes: %v", err)
 	}
-	if len(routes) != 2 {
-		t.Fatalf("got %d routes, want 2", len(routes))
+	if len(routes) != 4 {
+		t.Fatalf("got %d routes, want 4", len(routes))
+	}
+	if l, h := routes[2], routes[3]; l.Name != "orders-local" || l.Shape != gate.ShapeLocal || l.Local == nil || len(l.Local.Params) != 3 ||
+		h.Name != "orders-handoff" || h.Shape != gate.ShapeHandoff || h.RelayShape() != gate.ShapeLookup {
+		t.Errorf("orders-local = %+v, orders-handoff = %+v", l, h)
 	}
 	orders, payments := routes[0], routes[1]
 	if orders.Name != "orders" || orders.Broker != gate.BrokerPubSub || orders.Shape != gate.ShapeIdempotent ||
@@ -63,7 +67,7 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 		}
 	}
 	warnings := config.AuthNoneWarnings(routes)
-	if len(warnings) != 2 || !strings.Contains(warnings[0], `route "orders": auth: none`) {
+	if len(warnings) != 4 || !strings.Contains(warnings[0], `route "orders": auth: none`) {
 		t.Errorf("AuthNoneWarnings = %q", warnings)
 	}
 }
