@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -272,5 +273,147 @@ func TestPublishOutboxItemThenCrashBeforeMarkingSent(t *testing.T) {
 	s.mu.Unlock()
 	if result != want || reason != "lookup found the effect: "+want {
 		t.Errorf("post result %q confirmed by %q, downstream %q", result, reason, want)
+	}
+}
+
+// pushJSON delivers data as a Pub/Sub message to route and returns the
+// status, or 0 when no answer came.
+func pushJSON(addr, route, id, data string) int {
+	body := fmt.Sprintf(`{"message":{"data":%q,"messageId":%q},"subscription":"projects/p/subscriptions/s"}`,
+		base64.StdEncoding.EncodeToString([]byte(data)), id)
+	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/"+route, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A local route on a real `gateway serve`: the gateway is SIGKILLed as
+// soon as the statement's row is visible (its transaction, with the
+// evidence, committed), whether or not the answer went out; after a
+// restart the redelivery acks from the record without running the
+// statement again. A statement that runs past its timeout is a nack and
+// leaves neither a row nor a confirmed record.
+func TestKillGatewayAfterLocalCommitBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	bin := buildGateway(t)
+	dbURL, redisAddr := testenv.DatabaseURL(t), testenv.Redis(t)
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	// A message with "slow" sleeps past the statement's timeout first.
+	yaml := `routes:
+  - name: book
+    broker: pubsub
+    auth: none
+    shape: local
+    local:
+      sql: >-
+        WITH pause AS (SELECT pg_sleep(CASE WHEN $3::jsonb ? 'slow' THEN 5 ELSE 0 END))
+        INSERT INTO bookings (idempotency_key, operation_id, body)
+        SELECT $1, $2, $3::jsonb FROM pause RETURNING id
+      params: [idempotency_key, operation_id, data_json]
+      timeout: 1s
+    max_attempts: 3
+    dead_letter: broker
+`
+	if err := os.WriteFile(routes, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := newGatewayEnv(t, dbURL, redisAddr, routes)
+	mig := exec.Command(bin, "migrate")
+	mig.Env = env.list()
+	if out, err := mig.CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE bookings (id bigserial PRIMARY KEY, idempotency_key text UNIQUE NOT NULL,
+		operation_id text NOT NULL, body jsonb NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	proc := startProc(t, bin, env, "first gateway")
+	addr := env["GATEWAY_LISTEN_ADDR"]
+
+	answer := make(chan int, 1)
+	go func() { answer <- pushJSON(addr, "book", "m-1", `{"seat":"12A"}`) }()
+	// Polled without a pause, on one connection: the kill should land as
+	// close after the commit as the test can see it.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM bookings`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the statement's row never appeared")
+		}
+	}
+	proc.kill(t)
+	conn.Release()
+	first := <-answer
+	var before string
+	if err := pool.QueryRow(ctx, `SELECT state::text FROM operations`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed with the operation %s; the first delivery's answer: %d (0: none)", before, first)
+	if before != "effect_confirmed" && before != "ack_pending" && before != "acknowledged" {
+		t.Fatalf("the row is committed but its operation is %s", before)
+	}
+	if first != 0 && first != http.StatusNoContent {
+		t.Fatalf("first delivery: %d, want 204 or no answer", first)
+	}
+
+	startProc(t, bin, env, "restarted gateway")
+	if code := pushJSON(addr, "book", "m-1", `{"seat":"12A"}`); code != http.StatusNoContent {
+		t.Fatalf("redelivery after the restart: %d, want 204", code)
+	}
+	if n := count(`SELECT count(*) FROM bookings`); n != 1 {
+		t.Fatalf("%d rows, want 1: the statement ran again", n)
+	}
+	// The redelivery's ack is marked once its response is out.
+	var state, result, rowID string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		if err := pool.QueryRow(ctx, `SELECT o.state::text, o.result_id, b.id::text FROM operations o
+			JOIN bookings b ON b.operation_id = o.id`).Scan(&state, &result, &rowID); err != nil {
+			t.Fatal(err)
+		}
+		return state == "acknowledged"
+	}, func() string { return "the operation stayed " + state })
+	if result != rowID {
+		t.Errorf("record: %s with result %q, the row is %s", state, result, rowID)
+	}
+	if n := count(`SELECT count(*) FROM attempts`); n != 1 {
+		t.Errorf("%d attempts recorded, want the one statement", n)
+	}
+
+	// Past its timeout: a nack, no row, nothing confirmed.
+	if code := pushJSON(addr, "book", "m-slow", `{"seat":"1A","slow":true}`); code != http.StatusServiceUnavailable {
+		t.Errorf("a statement past its timeout: %d, want 503", code)
+	}
+	if n := count(`SELECT count(*) FROM bookings WHERE body ? 'slow'`); n != 0 {
+		t.Errorf("%d rows of the timed-out statement", n)
+	}
+	if n := count(`SELECT count(*) FROM operations o JOIN deliveries d ON d.operation_id = o.id
+		WHERE d.message_id = 'm-slow' AND o.state IN ('effect_confirmed', 'ack_pending', 'acknowledged')`); n != 0 {
+		t.Errorf("the timed-out statement's operation is recorded as confirmed")
 	}
 }
