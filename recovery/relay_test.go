@@ -314,7 +314,21 @@ func TestRelayBacksOffThenDeadLetters(t *testing.T) {
 	if rec := r.record(t, id); !strings.Contains(rec.Statement, "Dead-lettered by the gateway") {
 		t.Errorf("statement: %q", rec.Statement)
 	}
+	// The outbox gauges come from the background count, not the scrape:
+	// nothing before the first refresh, then the kept entries.
+	if _, ok := sample(r.scrape(t), "ackgate_outbox_entries", map[string]string{"route": "ship"}); ok {
+		t.Error("outbox gauges before their first count")
+	}
+	if err := r.gw.Outbox.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
 	text := r.scrape(t)
+	if v, ok := sample(text, "ackgate_outbox_entries", map[string]string{"route": "ship"}); !ok || v != fmt.Sprint(n) {
+		t.Errorf("ackgate_outbox_entries = %q, want %d", v, n)
+	}
+	if v, ok := sample(text, "ackgate_outbox_oldest_age_seconds", map[string]string{"route": "ship"}); !ok || v == "0" {
+		t.Errorf("ackgate_outbox_oldest_age_seconds = %q, want the age of the oldest entry", v)
+	}
 	for outcome, want := range map[string]string{"retry": fmt.Sprint(3 * n), "dead_lettered": fmt.Sprint(n)} {
 		if v, ok := sample(text, "ackgate_relay_passes_total", map[string]string{"route": "ship", "outcome": outcome}); !ok || v != want {
 			t.Errorf("ackgate_relay_passes_total{outcome=%q} = %q, want %s", outcome, v, want)
