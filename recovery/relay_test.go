@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/ackgate/ackgate/adminapi"
+	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/recovery"
 )
 
 // sink is a handoff route's downstream: it applies each effect once per
@@ -31,6 +33,8 @@ type sink struct {
 	arrived chan string
 	// minHold is how long each call takes at least.
 	minHold time.Duration
+	// lose: apply the effect, then close the connection unanswered.
+	lose atomic.Bool
 
 	mu          sync.Mutex
 	effects     map[string]string
@@ -70,6 +74,10 @@ func newSink(t *testing.T) *sink {
 		s.mu.Unlock()
 		if code != 0 {
 			w.WriteHeader(code)
+			return
+		}
+		if s.lose.Load() {
+			cut(w)
 			return
 		}
 		w.Header().Set("X-Result-Id", id)
@@ -402,5 +410,62 @@ func TestHandoffAcksBeforeASlowerDownstream(t *testing.T) {
 	}
 	if got := c.count(t, `SELECT count(*) FROM outbox`); got != 1 {
 		t.Errorf("%d outbox entries after the redelivery, want 1", got)
+	}
+}
+
+// A route whose downstream neither deduplicates nor can be asked (no
+// dedupe window, no lookup) parks an entry whose response was lost: the
+// operation goes to the indeterminate lane, is never resent, and the entry
+// keeps its message. Entries of a route the relay does not know (renamed,
+// or no longer handoff) are never taken up and stay where they are.
+func TestRelayParksUnknownOutcomesAndLeavesUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	s.lose.Store(true)
+	routes := strings.Replace(handoffRoutes(s, ""), "    dedupe_window: 1h\n", "", 1)
+	c := newCluster(t, 1, routes, nil)
+	r := c.replicas[0]
+	ctx := context.Background()
+	if code := r.push(t, "ship", "m-lost", `{"n":1}`); code != http.StatusNoContent {
+		t.Fatalf("push: %d", code)
+	}
+	if got, err := r.gw.Relay.Tick(ctx); err != nil || got != 1 {
+		t.Fatalf("tick: %d, %v", got, err)
+	}
+	o := c.op(t, "ship", "m-lost")
+	if o.State != "effect_indeterminate" {
+		t.Fatalf("after a lost response: %s, want effect_indeterminate", o.State)
+	}
+	if _, err := c.pool.Exec(ctx, `UPDATE outbox SET next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.gw.Relay.Tick(ctx); err != nil || got != 0 {
+		t.Fatalf("a parked entry was taken up again: %d, %v", got, err)
+	}
+	if calls, _ := s.effect(o.Key); calls != 1 {
+		t.Errorf("%d calls, want 1: never resent blindly", calls)
+	}
+	if v, ok := sample(r.scrape(t), "ackgate_relay_passes_total", map[string]string{"route": "ship", "outcome": "parked"}); !ok || v != "1" {
+		t.Errorf("parked passes %q", v)
+	}
+
+	// The same outbox seen by a relay whose routes do not include ship.
+	s.lose.Store(false)
+	if code := r.push(t, "ship", "m-orphan", `{"n":2}`); code != http.StatusNoContent {
+		t.Fatalf("push: %d", code)
+	}
+	other, err := recovery.NewRelay(recovery.RelayOptions{Outbox: r.gw.Ledger, Relayer: r.gw.Gate, Poll: time.Second, Concurrency: 4,
+		Routes: []*gate.Route{{Name: "ship-v2", Shape: gate.ShapeHandoff, Effect: gate.EffectSpec{Timeout: time.Second}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := other.Tick(ctx); err != nil || got != 0 {
+		t.Fatalf("a relay without the route took up %d entries (%v)", got, err)
+	}
+	if n := c.count(t, `SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND data IS NOT NULL`); n != 2 {
+		t.Errorf("%d entries kept, want the parked one and the orphan", n)
+	}
+	if calls, _ := s.effect(c.op(t, "ship", "m-orphan").Key); calls != 0 {
+		t.Errorf("the orphan reached the downstream %d times", calls)
 	}
 }
