@@ -96,8 +96,11 @@ type Settings struct {
 	FenceTTL      time.Duration `envconfig:"FENCE_TTL" default:"24h" desc:"how long an operation's fencing counter stays in Redis after the last lease taken on it; at least twice the longest lease a route can hold"`
 	LanesRefresh  time.Duration `envconfig:"LANES_REFRESH" default:"15s" desc:"how often the lane gauges are counted in the ledger; scrapes read the last count"`
 	ReconcilePoll time.Duration `envconfig:"RECONCILE_POLL" default:"5s" desc:"how often each replica looks for indeterminate operations of lookup routes due for a check"`
-	PurgeInterval time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
-	PurgeBatch    int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
+	// The handoff relay (recovery.Relay), run only when a route is handoff.
+	RelayPoll        time.Duration `envconfig:"RELAY_POLL" default:"500ms" desc:"how often each replica looks for due outbox entries of handoff routes when the last look found none"`
+	RelayConcurrency int64         `envconfig:"RELAY_CONCURRENCY" default:"4" desc:"outbox entries one replica relays at the same time (1 to 256)"`
+	PurgeInterval    time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
+	PurgeBatch       int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
 	// The operator console under /console/ on the admin listener (package
 	// console); see checkConsole.
 	ConsoleEnabled    bool          `envconfig:"CONSOLE_ENABLED" default:"true" desc:"serve the operator console under /console/ on the admin listener"`
@@ -112,6 +115,11 @@ type Settings struct {
 // maxPurgeBatch bounds one purge statement: past it a batch holds its locks
 // and its transaction long enough for deliveries to notice.
 const maxPurgeBatch = 10000
+
+// maxRelayConcurrency bounds the relay's parallel calls per replica: each
+// holds a lease and a pool connection for its write, so beyond it a replica
+// would starve its own push path.
+const maxRelayConcurrency = 256
 
 // maxConfirmationAge is how long an SNS confirmation token stays valid;
 // a longer bound would only admit copies that cannot confirm anything.
@@ -231,11 +239,15 @@ func (s Settings) Validate() error {
 		{"FENCE_TTL", s.FenceTTL, time.Minute, 90 * 24 * time.Hour},
 		{"LANES_REFRESH", s.LanesRefresh, time.Second, time.Hour},
 		{"RECONCILE_POLL", s.ReconcilePoll, 100 * time.Millisecond, time.Hour},
+		{"RELAY_POLL", s.RelayPoll, 10 * time.Millisecond, time.Minute},
 		{"PURGE_INTERVAL", s.PurgeInterval, time.Second, 24 * time.Hour},
 	} {
 		if d.v < d.lo || d.v > d.hi {
 			add(d.key, "must be from %s to %s, got %s", d.lo, d.hi, d.v)
 		}
+	}
+	if s.RelayConcurrency < 1 || s.RelayConcurrency > maxRelayConcurrency {
+		add("RELAY_CONCURRENCY", "must be from 1 to %d, got %d", maxRelayConcurrency, s.RelayConcurrency)
 	}
 	if s.PurgeBatch < 1 || s.PurgeBatch > maxPurgeBatch {
 		add("PURGE_BATCH", "must be from 1 to %d, got %d", maxPurgeBatch, s.PurgeBatch)
@@ -433,6 +445,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("fence_ttl", s.FenceTTL),
 		slog.Duration("lanes_refresh", s.LanesRefresh),
 		slog.Duration("reconcile_poll", s.ReconcilePoll),
+		slog.Duration("relay_poll", s.RelayPoll),
+		slog.Int64("relay_concurrency", s.RelayConcurrency),
 		slog.Duration("purge_interval", s.PurgeInterval),
 		slog.Int64("purge_batch", s.PurgeBatch),
 		slog.Bool("console_enabled", s.ConsoleEnabled),
@@ -542,6 +556,10 @@ func (s *Settings) set(key, raw string) error {
 		s.LanesRefresh, err = parseDuration(raw)
 	case "RECONCILE_POLL":
 		s.ReconcilePoll, err = parseDuration(raw)
+	case "RELAY_POLL":
+		s.RelayPoll, err = parseDuration(raw)
+	case "RELAY_CONCURRENCY":
+		s.RelayConcurrency, err = parseInt(raw)
 	case "PURGE_INTERVAL":
 		s.PurgeInterval, err = parseDuration(raw)
 	case "PURGE_BATCH":

@@ -366,8 +366,19 @@ func TestRecoverySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.FenceTTL != 24*time.Hour || s.LanesRefresh != 15*time.Second || s.ReconcilePoll != 5*time.Second ||
-		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 {
+		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 || s.RelayPoll != 500*time.Millisecond || s.RelayConcurrency != 4 {
 		t.Fatalf("defaults: %+v", s)
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_RELAY_POLL": "50ms", "GATEWAY_RELAY_CONCURRENCY": "16"}))
+	if err != nil || s.RelayPoll != 50*time.Millisecond || s.RelayConcurrency != 16 {
+		t.Fatalf("relay settings: %+v, %v", s, err)
+	}
+	for v, raw := range map[string]string{"GATEWAY_RELAY_POLL": "0s", "GATEWAY_RELAY_CONCURRENCY": "0"} {
+		want := map[string]string{"GATEWAY_RELAY_POLL": "GATEWAY_RELAY_POLL: must be from 10ms to 1m0s, got 0s",
+			"GATEWAY_RELAY_CONCURRENCY": "GATEWAY_RELAY_CONCURRENCY: must be from 1 to 256, got 0"}[v]
+		if _, err := config.LoadSettings(env(map[string]string{v: raw})); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%s: %v, want %q", v, raw, err, want)
+		}
 	}
 	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_FENCE_TTL": "2h", "GATEWAY_LANES_REFRESH": "30s",
 		"GATEWAY_RECONCILE_POLL": "250ms", "GATEWAY_PURGE_INTERVAL": "10s", "GATEWAY_PURGE_BATCH": "1000"}))

@@ -107,8 +107,9 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	// The background workers (reconciler, purge, lane gauges) run beside
-	// the listeners and stop with them, before the connections close.
+	// The background workers (reconciler, purge, lane gauges, handoff
+	// relay) run beside the listeners and stop with them, before the
+	// connections close.
 	bctx, stopBackground := context.WithCancel(ctx)
 	background := make(chan struct{})
 	go func() {

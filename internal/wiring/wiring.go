@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +48,8 @@ var (
 	_ recovery.ExpiredStore    = (*storage.Maintenance)(nil)
 	_ recovery.Forgetter       = (*storage.Reservations)(nil)
 	_ recovery.Settler         = (*gate.Gate)(nil)
+	_ recovery.Outbox          = (*storage.Ledger)(nil)
+	_ recovery.Relayer         = (*gate.Gate)(nil)
 	_ handlers.Resolver        = (*gate.Gate)(nil)
 	_ handlers.DeadLetterStore = (*storage.Ledger)(nil)
 )
@@ -89,11 +92,14 @@ type Gateway struct {
 	Reservations  *storage.Reservations
 
 	// The background work RunBackground runs: the lane gauges' count, the
-	// reconciler of lookup routes, and the retention purge.
+	// reconciler of lookup routes, the retention purge, and the relay of
+	// handoff routes with its outbox gauges' count.
 	Maintenance *storage.Maintenance
 	Lanes       *recovery.Lanes
 	Reconciler  *recovery.Reconciler
 	Purger      *recovery.Purger
+	Relay       *recovery.Relay
+	Outbox      *recovery.OutboxDepth
 
 	effects      *downstream.Client
 	lanesRefresh time.Duration
@@ -278,7 +284,49 @@ func (g *Gateway) background(s config.Settings, routes []*gate.Route, tel *telem
 		Store: g.Maintenance, Forget: g.Reservations, Routes: routes, Batch: int(s.PurgeBatch),
 		Every: s.PurgeInterval, Recorder: rm, Logger: log, Now: now,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return g.relay(s, routes, tel, log, now)
+}
+
+// relay builds the handoff relay and its outbox gauges; both idle when no
+// route is handoff, and then no relay instruments are registered either.
+func (g *Gateway) relay(s config.Settings, routes []*gate.Route, tel *telemetry.Telemetry, log *slog.Logger, now func() time.Time) error {
+	var (
+		recorder recovery.RelayRecorder
+		err      error
+	)
+	if slices.ContainsFunc(routes, func(r *gate.Route) bool { return r.Shape == gate.ShapeHandoff }) {
+		if recorder, err = tel.Metrics.NewRelayMetrics(); err != nil {
+			return err
+		}
+	}
+	if g.Relay, err = recovery.NewRelay(recovery.RelayOptions{
+		Outbox: g.Ledger, Relayer: g.Gate, Routes: routes, Poll: s.RelayPoll,
+		Concurrency: int(s.RelayConcurrency), Recorder: recorder, Logger: log, Now: now,
+	}); err != nil {
+		return err
+	}
+	g.Outbox, err = recovery.NewOutboxDepth(func(ctx context.Context) ([]recovery.OutboxStat, error) {
+		stats, err := g.Ledger.OutboxStats(ctx)
+		out := make([]recovery.OutboxStat, len(stats))
+		for i, st := range stats {
+			out[i] = recovery.OutboxStat(st)
+		}
+		return out, err
+	}, routes, log)
+	if err != nil {
+		return err
+	}
+	return tel.Metrics.ObserveOutbox(routes, func() (time.Time, []telemetry.OutboxDepth) {
+		snap := g.Outbox.Snapshot()
+		out := make([]telemetry.OutboxDepth, len(snap.Stats))
+		for i, st := range snap.Stats {
+			out[i] = telemetry.OutboxDepth(st)
+		}
+		return snap.At, out
+	})
 }
 
 // RunBackground runs the background workers until ctx ends and returns
@@ -290,6 +338,8 @@ func (g *Gateway) RunBackground(ctx context.Context) {
 	wg.Go(func() { g.Lanes.Run(ctx, g.lanesRefresh) })
 	wg.Go(func() { g.Reconciler.Run(ctx) })
 	wg.Go(func() { g.Purger.Run(ctx) })
+	wg.Go(func() { g.Relay.Run(ctx) })
+	wg.Go(func() { g.Outbox.Run(ctx, g.lanesRefresh) })
 	wg.Wait()
 }
 
