@@ -1413,10 +1413,11 @@ func TestKeyHashSecret(t *testing.T) {
 func TestBackgroundWorkSettings(t *testing.T) {
 	t.Parallel()
 	src := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t,
-		"gateway: {fenceTtl: 48h, lanesRefresh: 30s, reconcilePoll: 2s, purgeInterval: 5m, purgeBatch: 2000}"))))
+		"gateway: {fenceTtl: 48h, lanesRefresh: 30s, reconcilePoll: 2s, purgeInterval: 5m, purgeBatch: 2000, relayPoll: 250ms, relayConcurrency: 8}"))))
 	want := map[string]string{
 		"GATEWAY_FENCE_TTL": "value:48h", "GATEWAY_LANES_REFRESH": "value:30s", "GATEWAY_RECONCILE_POLL": "value:2s",
 		"GATEWAY_PURGE_INTERVAL": "value:5m", "GATEWAY_PURGE_BATCH": "value:2000",
+		"GATEWAY_RELAY_POLL": "value:250ms", "GATEWAY_RELAY_CONCURRENCY": "value:8",
 	}
 	env := map[string]string{}
 	for k, v := range want {
@@ -1426,11 +1427,14 @@ func TestBackgroundWorkSettings(t *testing.T) {
 		env[k] = strings.TrimPrefix(src[k], "value:")
 	}
 	s, err := config.LoadSettings(func(k string) string { return env[k] })
-	if err != nil || s.FenceTTL != 48*time.Hour || s.PurgeBatch != 2000 {
+	if err != nil || s.FenceTTL != 48*time.Hour || s.PurgeBatch != 2000 || s.RelayPoll != 250*time.Millisecond || s.RelayConcurrency != 8 {
 		t.Errorf("settings from the chart's values: %+v, %v", s, err)
 	}
 	if _, err := render(t, withExampleRoutes(t, "gateway: {purgeBatch: 0}")); err == nil {
 		t.Error("a purge batch of 0 was accepted")
+	}
+	if _, err := render(t, withExampleRoutes(t, "gateway: {relayConcurrency: 0}")); err == nil {
+		t.Error("a relay concurrency of 0 was accepted")
 	}
 }
 
