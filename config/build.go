@@ -223,9 +223,10 @@ func buildRoute(spec *routeSpec) (*gate.Route, []error) {
 // indeterminate lane. Only lookup routes have one: an unsafe effect waits
 // for a person, and the other shapes have no lookup to ask.
 func buildReconcile(r *gate.Route, spec *routeSpec, errs *routeErrs) {
-	if r.Shape != gate.ShapeLookup {
+	lookupHandoff := r.Shape == gate.ShapeHandoff && r.Effect.LookupURL != ""
+	if r.Shape != gate.ShapeLookup && !lookupHandoff {
 		if spec.Reconcile != nil && r.Shape != "" {
-			errs.add("reconcile", "only applies to shape lookup, not %s: nothing but its lookup can settle an operation in the background", r.Shape)
+			errs.add("reconcile", "only applies to shape lookup (or handoff with a lookup_url), not %s: nothing but its lookup can settle an operation in the background", r.Shape)
 		}
 		return
 	}

@@ -112,7 +112,7 @@
 //	                  A handoff route's effect.timeout bounds the relay's call
 //	                  (at most 1h), not the broker's deadline; dead_letter
 //	                  must be gateway; body_mode envelope is refused
-//	reconcile         lookup only: interval 30s (1s to 24h), max_interval 15m
+//	reconcile         lookup (and handoff with a lookup_url): interval 30s (1s to 24h), max_interval 15m
 //	                  (at least interval), rate_per_second 5 (per replica,
 //	                  at most 1000); how the reconciler works the route's
 //	                  indeterminate lane

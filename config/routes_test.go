@@ -293,7 +293,7 @@ func TestInvalidRoutes(t *testing.T) {
 		{"reconcile on an unsafe route", func(m map[string]any) {
 			m["shape"] = "unsafe"
 			m["reconcile"] = map[string]any{"interval": "1m"}
-		}, `route "r": reconcile: only applies to shape lookup, not unsafe`},
+		}, `route "r": reconcile: only applies to shape lookup (or handoff with a lookup_url), not unsafe`},
 		{"reconcile interval too short", func(m map[string]any) {
 			m["shape"] = "lookup"
 			effect(m)["lookup_url"] = "http://h/effects/{key}"

@@ -127,16 +127,17 @@ func grant(reason string) Plan {
 }
 
 // Reconcilable says why the reconciler must leave op alone ("" when it may
-// ask the lookup): only indeterminate operations of routes that were and
-// are lookup routes. An unsafe effect is never touched: nothing but a
-// person can settle it.
+// ask the lookup): only indeterminate operations of routes whose effect can
+// be looked up, and was when the operation began — lookup routes, and
+// handoff routes whose relay asks a lookup. An unsafe effect is never
+// touched: nothing but a person can settle it.
 func Reconcilable(r *Route, op *Operation) string {
 	switch {
 	case op.State != StateEffectIndeterminate:
 		return "not indeterminate"
 	case op.ConflictOf != "":
 		return "a conflict record"
-	case op.Shape != ShapeLookup || r == nil || r.Shape != ShapeLookup:
+	case r == nil || op.Shape != r.Shape || (r.Shape != ShapeLookup && r.Shape != ShapeHandoff):
 		return "not a lookup route"
 	case r.Effect.LookupURL == "":
 		return "the route has no lookup url"
@@ -149,6 +150,7 @@ func Reconcilable(r *Route, op *Operation) string {
 //
 //	lookup answer   path                        then
 //	found           → effect_confirmed          the next delivery acks
+//	  (handed off)  → … → acknowledged          the broker was acked at the handoff
 //	absent          → pending_effect            one attempt granted, same key
 //	unavailable     —                           checked again at NextCheck
 func AfterCheck(ev Evidence, res LookupResult) Plan {
@@ -156,6 +158,10 @@ func AfterCheck(ev Evidence, res LookupResult) Plan {
 	case OutcomeConfirmed:
 		p := plan(ActConfirm, Ack, "reconciler's lookup found the effect: "+res.ResultID, StateEffectConfirmed)
 		p.ResultID, p.AfterSent = res.ResultID, []State{StateAckPending, StateAcknowledged}
+		if ev.Op != nil && ev.Op.HandedOffAt != nil {
+			// Its broker was acked at the handoff: nothing is left to send.
+			p.Path, p.AfterSent = append(p.Path, p.AfterSent...), nil
+		}
 		return p
 	case OutcomeAbsent:
 		return grant("reconciler's lookup says the effect is absent: one attempt allowed with the same key")
@@ -263,6 +269,9 @@ func (g *Gate) Reconcile(ctx context.Context, route *Route, op *Operation) (Plan
 }
 
 func (g *Gate) reconcile(ctx context.Context, route *Route, op *Operation) (Plan, error) {
+	if route.Shape == ShapeHandoff {
+		route = RelayRoute(route) // its lookup is the relay's
+	}
 	ttl := route.Effect.Timeout + interventionTTL
 	lease, err := g.Reservations.Acquire(ctx, op.ID, g.Owner+"/"+g.NewToken(), ttl, op.Fence)
 	if errors.Is(err, ErrHeld) {

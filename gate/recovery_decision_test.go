@@ -165,6 +165,15 @@ func TestReconcilable(t *testing.T) {
 	if why := Reconcilable(lookup, indet(ShapeLookup)); why != "" {
 		t.Fatalf("a lookup route's indeterminate operation: %s", why)
 	}
+	handoff := testRoute(ShapeHandoff)
+	handoff.Effect.LookupURL = lookup.Effect.LookupURL
+	if why := Reconcilable(handoff, indet(ShapeHandoff)); why != "" {
+		t.Fatalf("a handoff route's parked operation, with a lookup: %s", why)
+	}
+	blind := testRoute(ShapeHandoff)
+	if Reconcilable(blind, indet(ShapeHandoff)) == "" {
+		t.Fatal("a handoff route without a lookup may be reconciled")
+	}
 	unsafe := testRoute(ShapeUnsafe)
 	noURL := testRoute(ShapeLookup)
 	pending := indet(ShapeLookup)

@@ -234,3 +234,28 @@ func TestRelayRetriesThenDeadLetters(t *testing.T) {
 		t.Fatalf("%s, dead letters %+v, %d calls", res.State, s.DeadLetters, r.fx.Calls())
 	}
 }
+
+// A relay pass whose response was lost while the lookup was down parks the
+// operation; the reconciler's lookup settles it later, all the way to
+// acknowledged, since its broker was acked at the handoff.
+func TestParkedHandoffIsReconciledByLookup(t *testing.T) {
+	t.Parallel()
+	r := handoffRig(t, true, 0)
+	m := r.msg("m-1", "x")
+	r.push(m, true)
+	r.loseResponses()
+	r.fx.LookupDown = true
+	if res := r.relay(m); res.State != gate.StateEffectIndeterminate {
+		t.Fatalf("%s in %s (%s)", res.Decision, res.State, res.Reason)
+	}
+	r.fx.Script, r.fx.LookupDown = nil, false
+	op := r.snapshot(m).Op
+	p, err := r.gate.Reconcile(context.Background(), r.route, &op)
+	if err != nil || p.Action != gate.ActConfirm {
+		t.Fatalf("%s, %v", p.Action, err)
+	}
+	s := r.snapshot(m)
+	if s.Op.State != gate.StateAcknowledged || s.Op.ResultID == "" || r.fx.Calls() != 1 || r.fx.Applied(r.key(m)) != 1 {
+		t.Fatalf("%+v, %d calls", s.Op, r.fx.Calls())
+	}
+}

@@ -101,7 +101,7 @@ func NewReconciler(o ReconcilerOptions) (*Reconciler, error) {
 	}
 	now := time.Now()
 	for _, rt := range o.Routes {
-		if rt.Shape != gate.ShapeLookup || rt.Effect.LookupURL == "" {
+		if (rt.Shape != gate.ShapeLookup && rt.Shape != gate.ShapeHandoff) || rt.Effect.LookupURL == "" {
 			continue
 		}
 		if rt.Reconcile.Interval <= 0 || rt.Reconcile.RatePerSecond <= 0 {

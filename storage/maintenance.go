@@ -37,7 +37,7 @@ const claimDueSQL = `
 UPDATE operations AS o SET next_check_at = now() + $3::bigint * interval '1 microsecond'
 FROM (
 	SELECT id FROM operations
-	WHERE state = 'effect_indeterminate' AND conflict_of IS NULL AND shape = 'lookup' AND route = $1
+	WHERE state = 'effect_indeterminate' AND conflict_of IS NULL AND shape IN ('lookup', 'handoff') AND route = $1
 		AND coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond') <= now()
 	ORDER BY coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond'), id
 	LIMIT $4

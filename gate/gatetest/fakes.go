@@ -254,7 +254,7 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 		}
 	}
 	switch {
-	case c.Kind == gate.ChangeConfirm, c.ResultID != "" && op.State == gate.StateEffectConfirmed:
+	case c.Kind == gate.ChangeConfirm, c.Intervene != nil && c.ResultID != "":
 		at := c.At
 		op.ResultID, op.EvidenceAt = c.ResultID, &at
 	case c.Kind == gate.ChangeIndeterminate:
