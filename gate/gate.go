@@ -189,7 +189,9 @@ func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
 	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
 	if len(p.AfterSent) > 0 {
 		id, from, fence := op.ID, op.State, op.Fence
-		res.whenSent(func(ctx context.Context) error { return g.markAcknowledged(ctx, d.route, id, from, fence, p.AfterSent) })
+		res.whenSent(func(ctx context.Context) error {
+			return g.markAcknowledged(ctx, d.route, id, from, fence, p.AfterSent, ackReason(d))
+		})
 	}
 	return res
 }
@@ -198,11 +200,20 @@ func (g *Gate) nack(d *delivery, reason string) *Result {
 	return &Result{Decision: Nack, Reason: reason, OperationID: d.id.OperationID}
 }
 
+// ackReason is what the acknowledged mark says: a delivery's response was
+// written, or, for the relay, the broker had its ack at the handoff.
+func ackReason(d *delivery) string {
+	if d.rec == nil {
+		return "the broker was acknowledged when the operation was handed off"
+	}
+	return "acknowledging response written"
+}
+
 // markAcknowledged records the path of an ack that reached the wire, under
 // the fence that confirmed the effect.
-func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, from State, fence int64, path []State) error {
+func (g *Gate) markAcknowledged(ctx context.Context, route *Route, opID string, from State, fence int64, path []State, reason string) error {
 	c := AckedChange(opID, from, fence, nil, g.Now())
-	steps, err := stepsAlong(from, path, "acknowledging response written")
+	steps, err := stepsAlong(from, path, reason)
 	if err != nil {
 		return err
 	}

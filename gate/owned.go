@@ -352,7 +352,7 @@ func (o *owned) answered(p Plan) *Result {
 	if len(p.AfterSent) > 0 {
 		id, from, fence, route := o.op.ID, o.op.State, o.lease.Fence, o.route()
 		res.whenSent(func(ctx context.Context) error {
-			return o.g.markAcknowledged(ctx, route, id, from, fence, p.AfterSent)
+			return o.g.markAcknowledged(ctx, route, id, from, fence, p.AfterSent, ackReason(o.d))
 		})
 	}
 	return res
