@@ -79,8 +79,9 @@ type Change struct {
 // Intervene is a write from outside the push path: an operator's
 // resolution or the reconciler. It takes the operation's lease like a
 // delivery (its fence must be strictly greater than the recorded one, so a
-// running owner can no longer write), records no delivery, and leaves the
-// lease columns as the last delivery's owner left them.
+// running owner can no longer write) and records itself as the owner of
+// that fence, but no delivery, and it leaves the lease's start, deadline
+// and extensions as the last delivery's owner left them.
 type Intervene struct {
 	Owner string
 	// Intervention is the operator's, on ChangeResolve.
