@@ -207,29 +207,3 @@ func decodeCursor(s string) (time.Time, string, error) {
 	}
 	return time.UnixMicro(n), id, nil
 }
-
-// LaneCount is how many operations of a route wait in one open state.
-type LaneCount struct {
-	Route string
-	State gate.State
-	N     int64
-}
-
-// LaneCounts counts the operations that are neither settled nor abandoned:
-// pending an effect (retries to come) or indeterminate (an operator's
-// queue). It backs the lane gauges, read at scrape time.
-func (l *Ledger) LaneCounts(ctx context.Context) ([]LaneCount, error) {
-	rows, err := l.pool.Query(ctx, `
-SELECT route, state, count(*) FROM operations
-WHERE state IN ('pending_effect', 'effect_indeterminate') AND conflict_of IS NULL
-GROUP BY route, state ORDER BY route, state`)
-	if err != nil {
-		return nil, translate("lane counts", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LaneCount, error) {
-		var c LaneCount
-		err := r.Scan(&c.Route, &c.State, &c.N)
-		return c, err
-	})
-	return out, translate("lane counts", err)
-}
