@@ -81,11 +81,13 @@ func (k keyring) open(v string, now time.Time) (session, error) {
 	if !ok {
 		return session{}, errBadSession
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	// Strict: one MAC has exactly one spelling, so a cookie cannot be
+	// altered in its unused low bits and still pass.
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil || !hmac.Equal(got, k.mac(k.session, p)) {
 		return session{}, errBadSession
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(p)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(p)
 	if err != nil {
 		return session{}, errBadSession
 	}

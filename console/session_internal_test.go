@@ -32,6 +32,15 @@ func TestSessionCookies(t *testing.T) {
 			t.Errorf("accepted %q", bad)
 		}
 	}
+	// The same MAC spelt with its unused low bits set is not the same
+	// cookie: only the canonical encoding opens.
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	if alt := payload + "." + sig[:len(sig)-1] + string(alphabet[last^1]); alt != v {
+		if _, err := k.open(alt, now); err == nil {
+			t.Errorf("accepted a non-canonical signature %q", alt)
+		}
+	}
 	// The CSRF token is the session's own, and never the session key's
 	// MAC of the same input.
 	other := session{Name: "erin", ID: randomID(), Exp: s.Exp}
