@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -187,6 +189,37 @@ func handleGetOperation(o *AdminOptions) http.HandlerFunc {
 
 const maxListLimit = 500
 
+// pageLimit reads a listing's optional limit (0 when absent: the store's
+// default). When it is not 1 to maxListLimit it writes the 400 and ok is
+// false.
+func pageLimit(w http.ResponseWriter, q url.Values) (n int, ok bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxListLimit {
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit))
+		return 0, false
+	}
+	return n, true
+}
+
+// listFailed answers a listing's store error, if there is one: a cursor the
+// store cannot apply is the caller's 400, anything else a logged 503.
+func listFailed(w http.ResponseWriter, r *http.Request, o *AdminOptions, what string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, adminapi.ErrInvalidFilter):
+		writeProblem(w, http.StatusBadRequest, "cursor is not valid")
+	default:
+		o.Logger.ErrorContext(r.Context(), "listing "+what+" failed", "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+	}
+	return true
+}
+
 func handleListOperations(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -198,13 +231,9 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, "state must be one of: "+joinStates())
 			return
 		}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxListLimit {
-				writeProblem(w, http.StatusBadRequest, "limit must be an integer from 1 to 500")
-				return
-			}
-			f.Limit = n
+		var ok bool
+		if f.Limit, ok = pageLimit(w, q); !ok {
+			return
 		}
 		if msg := checkQueryText(map[string]string{"route": f.Route, "message_id": f.MessageID, "key": f.Key, "cursor": f.Cursor}); msg != "" {
 			writeProblem(w, http.StatusBadRequest, msg)
@@ -212,13 +241,7 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 		}
 		f.Key = ledgerKey(o.Routes, f.Route, f.Key)
 		ops, next, err := o.Evidence.List(r.Context(), f)
-		if errors.Is(err, adminapi.ErrInvalidFilter) {
-			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
-			return
-		}
-		if err != nil {
-			o.Logger.ErrorContext(r.Context(), "listing operations failed", "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+		if listFailed(w, r, o, "operations", err) {
 			return
 		}
 		writeJSON(w, http.StatusOK, adminapi.OperationList{Operations: nonNil(ops), NextCursor: next})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
@@ -68,13 +67,9 @@ func handleListPoison(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		f := adminapi.PoisonFilter{Route: q.Get("route"), Cursor: q.Get("cursor")}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxListLimit {
-				writeProblem(w, http.StatusBadRequest, "limit must be an integer from 1 to 500")
-				return
-			}
-			f.Limit = n
+		var ok bool
+		if f.Limit, ok = pageLimit(w, q); !ok {
+			return
 		}
 		if msg := checkQueryText(map[string]string{"route": f.Route, "cursor": f.Cursor}); msg != "" {
 			writeProblem(w, http.StatusBadRequest, msg)
@@ -85,13 +80,7 @@ func handleListPoison(o *AdminOptions) http.HandlerFunc {
 			return
 		}
 		list, next, err := o.Poison.List(r.Context(), f)
-		if errors.Is(err, adminapi.ErrInvalidFilter) {
-			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
-			return
-		}
-		if err != nil {
-			o.Logger.ErrorContext(r.Context(), "listing poison records failed", "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+		if listFailed(w, r, o, "poison records", err) {
 			return
 		}
 		writeJSON(w, http.StatusOK, adminapi.PoisonList{Poison: nonNil(list), NextCursor: next})

@@ -190,13 +190,9 @@ func handleListDeadLetters(o *AdminOptions) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		f := adminapi.DeadLetterFilter{Route: q.Get("route"), Cursor: q.Get("cursor")}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxListLimit {
-				writeProblem(w, http.StatusBadRequest, "limit must be an integer from 1 to 500")
-				return
-			}
-			f.Limit = n
+		var ok bool
+		if f.Limit, ok = pageLimit(w, q); !ok {
+			return
 		}
 		if msg := checkQueryText(map[string]string{"route": f.Route, "cursor": f.Cursor}); msg != "" {
 			writeProblem(w, http.StatusBadRequest, msg)
@@ -207,13 +203,7 @@ func handleListDeadLetters(o *AdminOptions) http.HandlerFunc {
 			return
 		}
 		list, next, err := o.DeadLetters.DeadLetters(r.Context(), f)
-		if errors.Is(err, adminapi.ErrInvalidFilter) {
-			writeProblem(w, http.StatusBadRequest, "cursor is not valid")
-			return
-		}
-		if err != nil {
-			o.Logger.ErrorContext(r.Context(), "listing dead letters failed", "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable")
+		if listFailed(w, r, o, "dead letters", err) {
 			return
 		}
 		now := time.Now()
