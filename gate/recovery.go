@@ -177,12 +177,18 @@ func AfterCheck(ev Evidence, res LookupResult) Plan {
 // checks-th time is asked again: the route's interval, doubled per check,
 // at most its max interval.
 func NextCheck(r *Route, checks int, now time.Time) time.Time {
-	wait := max(r.Reconcile.Interval, time.Second)
-	limit := max(r.Reconcile.MaxInterval, wait)
-	for i := 1; i < checks && wait < limit; i++ {
+	lo := max(r.Reconcile.Interval, time.Second)
+	return now.Add(doubling(lo, max(r.Reconcile.MaxInterval, lo), checks))
+}
+
+// doubling is the n-th wait (from 1) of a backoff that starts at lo and
+// doubles up to hi.
+func doubling(lo, hi time.Duration, n int) time.Duration {
+	wait := lo
+	for i := 1; i < n && wait < hi; i++ {
 		wait *= 2
 	}
-	return now.Add(min(wait, limit))
+	return min(wait, hi)
 }
 
 // interventionTTL is the lease a resolution holds: it makes no call, so it

@@ -82,9 +82,5 @@ func RelayBackoff(r *Route, passes int) time.Duration {
 	if h := r.Handoff; h != nil {
 		lo, hi = max(h.RetryMin, time.Millisecond), max(h.RetryMax, h.RetryMin)
 	}
-	wait := lo
-	for i := 1; i < passes && wait < hi; i++ {
-		wait *= 2
-	}
-	return min(wait, hi)
+	return doubling(lo, hi, passes)
 }
