@@ -59,19 +59,7 @@ func (l *Ledger) handoff(ctx context.Context, c *gate.Change) error {
 			c.OperationID, orNow(c.At))
 		return tx.SendBatch(ctx, b).Close()
 	})
-	if err != nil && !isGateSentinel(err) {
-		return translate("handoff", err)
-	}
-	return err
-}
-
-func isGateSentinel(err error) bool {
-	for _, s := range []error{gate.ErrNotFound, gate.ErrFenced, gate.ErrStateChanged, gate.ErrExists, ErrRefused} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
+	return translate("handoff", err)
 }
 
 func nonNilBytes(b []byte) []byte {
@@ -104,10 +92,7 @@ func (l *Ledger) Apply(ctx context.Context, start *gate.Change, req *gate.Effect
 		}
 		return writeIn(ctx, tx, c)
 	})
-	if err != nil && !isGateSentinel(err) {
-		return translate("local", err)
-	}
-	return err
+	return translate("local", err)
 }
 
 // runLocal runs the statement and classifies what it did. Only a failure

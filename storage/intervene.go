@@ -46,13 +46,13 @@ func (l *Ledger) intervene(ctx context.Context, c *gate.Change) error {
 				state = $2::text, fence = $3, owner = $4, updated_at = $5, reason = $6,
 				grant_through = CASE WHEN $7::integer > 0 THEN $7::integer ELSE grant_through END,
 				next_check_at = $8, checks = $9,
-				attempt_count = attempt_count + $10::integer,
+				attempt_count = attempt_count + $10::boolean::integer,
 				result_id = CASE WHEN $11::text <> '' THEN $11::text ELSE result_id END,
 				evidence_at = CASE WHEN $11::text <> '' THEN $5 ELSE evidence_at END,
 				lane = CASE WHEN $2::text = 'effect_indeterminate' THEN lane ELSE '' END
 			WHERE id = $1`,
 			c.OperationID, final, c.Fence, iv.Owner, c.At, c.Reason, iv.Grant, iv.NextCheckAt, iv.Checks,
-			boolInt(iv.Lookup != nil), c.ResultID)
+			iv.Lookup != nil, c.ResultID)
 		if a := iv.Lookup; a != nil {
 			n = attempts + 1
 			if a.N != n {
@@ -77,11 +77,4 @@ func (l *Ledger) intervene(ctx context.Context, c *gate.Change) error {
 		return tx.SendBatch(ctx, b).Close()
 	})
 	return translate(string(c.Kind), err)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
