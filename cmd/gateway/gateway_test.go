@@ -325,8 +325,12 @@ func TestShutdownNeverAcksUnfinishedWork(t *testing.T) {
 				down.release.Now()
 			}
 			got := testenv.Receive(t, answered, "the in-flight delivery was neither answered nor cut off")
-			down.release.Now()
+			// The cut-off delivery's call is let go only once serve has
+			// returned: released earlier, it could still record the effect's
+			// evidence as its cut connection was noticed, and what the test
+			// reads would depend on which came first.
 			testenv.Receive(t, done, "serve did not return after its shutdown deadline")
+			down.release.Now()
 			if got != tc.wantStatus {
 				t.Fatalf("in-flight delivery got %d, want %d (0: connection cut)", got, tc.wantStatus)
 			}
