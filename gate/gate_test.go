@@ -533,3 +533,30 @@ func TestLeaseLossIsRecorded(t *testing.T) {
 		t.Fatalf("lease lost at %v, deadline %v, reason %q", s.Op.LeaseLostAt, s.Op.LeaseDeadline, s.Op.Reason)
 	}
 }
+
+// A delivery whose claim the ledger refused (another owner moved the
+// operation first) wrote nothing with it, so it is recorded on its own:
+// every push request is in the record.
+func TestRefusedClaimIsStillRecorded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	m := r.msg("m-1", "x")
+	r.fx.Script = func(int, *gate.EffectRequest, func() string) gate.EffectResult {
+		return gate.EffectResult{Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "HTTP 503"}
+	}
+	want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
+	r.ledger.BeforeWrite = func(c *gate.Change) error {
+		if c.Claim != nil {
+			return gate.ErrStateChanged
+		}
+		return nil
+	}
+	res := r.push(m, true)
+	if res.Decision != gate.Nack {
+		t.Fatalf("%s (%s)", res.Decision, res.Reason)
+	}
+	s := r.snapshot(m)
+	if len(s.Deliveries) != 2 || s.Deliveries[1].Decision != gate.Nack || s.Deliveries[1].Reason != res.Reason || s.Op.DeliveryCount != 2 {
+		t.Fatalf("deliveries %+v, count %d", s.Deliveries, s.Op.DeliveryCount)
+	}
+}

@@ -337,10 +337,19 @@ func (o *owned) refused(err error) (*Result, error) {
 	default:
 		res, ierr = o.g.nack(o.d, "evidence store unavailable"), &InfraError{"record evidence", err}
 	}
-	if o.claimed {
+	switch {
+	case o.claimed:
 		a := &Answer{Owner: o.lease.Owner, Decision: Nack, Reason: res.Reason}
 		id := o.op.ID
 		res.then(func(ctx context.Context) error { return o.g.Ledger.AnswerDelivery(ctx, id, a) })
+	case o.d.rec != nil:
+		// The refused claim carried this delivery's record, so nothing of
+		// it was written: record it now, as any delivery that changed
+		// nothing is (an operation that does not exist answers ErrNotFound,
+		// which is logged).
+		rec := *o.d.rec
+		rec.Decision, rec.Reason = Nack, res.Reason
+		res.then(func(ctx context.Context) error { return o.g.Ledger.RecordDelivery(ctx, &rec) })
 	}
 	return res, ierr
 }
