@@ -54,12 +54,17 @@ func TestShortRealRun(t *testing.T) {
 	}
 	redelivered := func(n int) int { return int(float64(n) * 0.1) }
 
+	// The database's transaction counter also counts what is not the
+	// system's own: opening the pool's connections, and autovacuum and
+	// analyze of the tables the phases before filled. At this run's small
+	// sizes that can be a large share per message, so it gets an allowance
+	// of its own rather than a share of the count.
+	const others = 60
 	for phase, n := range map[string]int{"main": 200, "c1": 20} {
 		op := check(phase, sysOp, n)
-		// Two commits per operation, plus what opening the pool's
-		// connections costs.
-		if x := perMessage(float64(op.pg.xacts), n); x < 2 || x > 3 {
-			t.Errorf("%s op: %.2f transactions per message, want 2 and a little", phase, x)
+		// Two commits per operation.
+		if x := op.pg.xacts; x < int64(2*n) || x > int64(2*n+others) {
+			t.Errorf("%s op: %d transactions for %d messages, want their %d commits and at most %d others", phase, x, n, 2*n, others)
 		}
 		if w := op.tables["loadgen_op"]; w.ins != int64(n) || w.upd != int64(n) {
 			t.Errorf("%s op: rows written %v, want %d inserted and updated", phase, op.tables, n)
@@ -72,7 +77,7 @@ func TestShortRealRun(t *testing.T) {
 		// No ledger: nothing in the run's database but perhaps autovacuum
 		// after the phase before. Redeliveries are forwarded again, since
 		// it keeps no record of the first.
-		if perMessage(float64(fw.pg.xacts), n) > 0.5 || fw.redis.total() != 0 || len(fw.tables) != 0 {
+		if fw.pg.xacts > others || fw.redis.total() != 0 || len(fw.tables) != 0 {
 			t.Errorf("%s forwarder: %d transactions, %d Redis commands, rows %v; it has no ledger", phase, fw.pg.xacts, fw.redis.total(), fw.tables)
 		}
 		if len(fw.run.again) != redelivered(n) || fw.run.againAcked != redelivered(n) || fw.downstreamCalls != int64(n+redelivered(n)) {
@@ -91,8 +96,10 @@ func TestShortRealRun(t *testing.T) {
 		if inserted < int64(n) {
 			t.Errorf("%s ackgate: %d rows inserted for %d messages: %v", phase, inserted, n, ag.tables)
 		}
-		if x := perMessage(float64(ag.pg.xacts), n); x < 2 {
-			t.Errorf("%s ackgate: %.2f transactions per message", phase, x)
+		// Group commit shares commits between messages, but every fresh
+		// message reads its operation first, in a transaction of its own.
+		if x := ag.pg.xacts; x < int64(n) {
+			t.Errorf("%s ackgate: %d transactions for %d messages, want at least a read each", phase, x, n)
 		}
 		if ag.redis.total() < int64(n) || ag.pg.walBytes <= 0 || ag.peakRSS <= 0 || ag.cpu.gateway <= 0 && phase == "main" {
 			t.Errorf("%s ackgate: %d Redis commands, WAL %d, peak RSS %d, gateway CPU %d", phase, ag.redis.total(), ag.pg.walBytes, ag.peakRSS, ag.cpu.gateway)
