@@ -1310,6 +1310,10 @@ var leftToExtraEnv = map[string]string{
 	"GATEWAY_SNS_TRUSTED_URL_PREFIXES": "trusts extra certificate hosts; for SNS emulators only",
 }
 
+// runtimeEnv are the variables the chart sets for the Go runtime rather than
+// for the gateway's settings.
+var runtimeEnv = map[string]bool{"GODEBUG": true}
+
 // TestChartCoversEverySetting compares the variables the gateway reads
 // (config.Usage, the table behind `gateway help env`) with those the chart
 // sets across its modes. A setting added to config/settings.go fails here
@@ -1343,7 +1347,7 @@ func TestChartCoversEverySetting(t *testing.T) {
 		}
 	}
 	for v := range chart {
-		if !gateway[v] {
+		if !gateway[v] && !runtimeEnv[v] {
 			t.Errorf("the chart sets %s, which the gateway does not read", v)
 		}
 		_, err := render(t, withExampleRoutes(t, fmt.Sprintf("extraEnv: [{name: %s, value: x}]", v)))
@@ -1512,6 +1516,26 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 	for _, values := range []string{"gateway: {memoryLimit: 200M}", "gateway: {memoryLimit: half}", "gateway: {memoryLimitRatio: 0.3}"} {
+		if _, err := render(t, withExampleRoutes(t, values)); err == nil {
+			t.Errorf("%s was accepted", values)
+		}
+	}
+}
+
+// TestGodebug: the chart starts goroutines with the smallest stack by
+// default; "" leaves GODEBUG to the runtime's defaults or to extraEnv, which
+// may not set it beside the chart's own.
+func TestGodebug(t *testing.T) {
+	t.Parallel()
+	src := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))
+	if src["GODEBUG"] != "value:adaptivestackstart=0" {
+		t.Errorf("default GODEBUG from %q", src["GODEBUG"])
+	}
+	src = envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, `gateway: {godebug: ""}`, "extraEnv: [{name: GODEBUG, value: madvdontneed=1}]"))))
+	if src["GODEBUG"] != "value:madvdontneed=1" {
+		t.Errorf("GODEBUG from extraEnv with gateway.godebug empty: %q", src["GODEBUG"])
+	}
+	for _, values := range []string{"gateway: {godebug: 'adaptivestackstart = 0'}", "gateway: {godebug: 'a=1,,b=2'}"} {
 		if _, err := render(t, withExampleRoutes(t, values)); err == nil {
 			t.Errorf("%s was accepted", values)
 		}
