@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"math/rand/v2"
+	"reflect"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
@@ -28,10 +29,8 @@ type idsTracer struct{ embedded.Tracer }
 // (and no WithNewRoot), in a new sampled trace otherwise.
 func (idsTracer) Start(ctx context.Context, _ string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	parent := trace.SpanContextFromContext(ctx)
-	if len(opts) > 0 {
-		if cfg := trace.NewSpanStartConfig(opts...); cfg.NewRoot() {
-			parent = trace.SpanContext{}
-		}
+	if newRoot(opts) {
+		parent = trace.SpanContext{}
 	}
 	cfg := trace.SpanContextConfig{SpanID: newSpanID(), TraceFlags: trace.FlagsSampled}
 	if parent.IsValid() {
@@ -41,6 +40,23 @@ func (idsTracer) Start(ctx context.Context, _ string, opts ...trace.SpanStartOpt
 	}
 	ctx = trace.ContextWithSpanContext(ctx, trace.NewSpanContext(cfg))
 	return ctx, trace.SpanFromContext(ctx)
+}
+
+// attributesOption is the type of trace.WithAttributes's option, which
+// newRoot skips: applying it would copy attributes nothing records.
+var attributesOption = reflect.TypeOf(trace.WithAttributes())
+
+// newRoot reports whether opts ask for a span without a parent.
+func newRoot(opts []trace.SpanStartOption) bool {
+	for _, o := range opts {
+		if reflect.TypeOf(o) == attributesOption {
+			continue
+		}
+		if cfg := trace.NewSpanStartConfig(o); cfg.NewRoot() {
+			return true
+		}
+	}
+	return false
 }
 
 // The ids need to be unique, not secret: the runtime's per-thread generator

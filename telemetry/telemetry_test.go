@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
@@ -109,7 +110,7 @@ func TestIDsOnly(t *testing.T) {
 	if uc.TraceID() != remote.TraceID() || uc.IsSampled() || uc.TraceState().String() != "vendor=x" || uc.IsRemote() {
 		t.Errorf("child %v of the unsampled remote %v: want its trace and state, unsampled, local", uc, remote)
 	}
-	_, fresh := tr.Start(ctx, "new root", trace.WithNewRoot())
+	_, fresh := tr.Start(ctx, "new root", trace.WithAttributes(attribute.String("k", "v")), trace.WithNewRoot())
 	if fc := fresh.SpanContext(); fc.TraceID() == rc.TraceID() || !fc.IsSampled() {
 		t.Errorf("new root %v under %v: want a trace of its own, sampled", fc, rc)
 	}
@@ -120,6 +121,47 @@ func TestIDsOnly(t *testing.T) {
 			t.Fatalf("trace id %v repeated", id)
 		} else {
 			seen[id] = true
+		}
+	}
+}
+
+// The metrics reuse one attribute set per label combination: every
+// combination still counts under its own labels, and instruments whose
+// labels share values never mix.
+func TestMetricsLabelCombinations(t *testing.T) {
+	t.Parallel()
+	tel, err := Setup(context.Background(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	ctx := context.Background()
+	route := &gate.Route{Name: "orders"}
+	for range 3 {
+		tel.Metrics.Response(ctx, gate.BrokerPubSub, "orders", 204)
+	}
+	tel.Metrics.Response(ctx, gate.BrokerPubSub, "orders", 503)
+	tel.Metrics.Response(ctx, gate.BrokerSNS, "orders", 204)
+	tel.Metrics.Malformed(ctx, gate.BrokerPubSub, "orders", "envelope")
+	tel.Metrics.Transitioned(ctx, route, []gate.Step{{Transition: gate.Transition{To: gate.StateReceived}}, {Transition: gate.Transition{From: gate.StateReceived, To: gate.StateReserved}}})
+	tel.Metrics.Transitioned(ctx, route, []gate.Step{{Transition: gate.Transition{To: gate.StateReceived}}})
+	tel.Metrics.Contended(ctx, route)
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`ackgate_responses_total{broker="pubsub",otel_scope_name=`,
+		`route="orders",status="204"} 3`,
+		`route="orders",status="503"} 1`,
+		`broker="sns",`,
+		`kind="envelope",`,
+		`from="new",`,
+		`to="received"} 2`,
+		`from="received",`,
+		`to="reserved"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}
 	}
 }
