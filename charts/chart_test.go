@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -375,6 +376,8 @@ func envSource(t *testing.T, c corev1.Container) map[string]string {
 			out[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		case e.ValueFrom.FieldRef != nil:
 			out[e.Name] = "field:" + e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.ResourceFieldRef != nil:
+			out[e.Name] = "resource:" + e.ValueFrom.ResourceFieldRef.ContainerName + "/" + e.ValueFrom.ResourceFieldRef.Resource
 		default:
 			t.Errorf("container %s: %s has an unexpected source %+v", c.Name, e.Name, e.ValueFrom)
 		}
@@ -411,6 +414,10 @@ func resolveEnv(t *testing.T, r *rendered, c corev1.Container, existing map[stri
 			env[e.Name] = v
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env[e.Name] = fullname + "-6d4cf56db6-x7k2p"
+		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" &&
+			e.ValueFrom.ResourceFieldRef.ContainerName == c.Name && e.ValueFrom.ResourceFieldRef.Divisor.IsZero():
+			// The kubelet writes the limit in bytes (divisor 1).
+			env[e.Name] = strconv.FormatInt(c.Resources.Limits.Memory().Value(), 10)
 		default:
 			t.Fatalf("%s: cannot resolve %+v", e.Name, e.ValueFrom)
 		}
@@ -1303,6 +1310,10 @@ var leftToExtraEnv = map[string]string{
 	"GATEWAY_SNS_TRUSTED_URL_PREFIXES": "trusts extra certificate hosts; for SNS emulators only",
 }
 
+// runtimeEnv are the variables the chart sets for the Go runtime rather than
+// for the gateway's settings.
+var runtimeEnv = map[string]bool{"GODEBUG": true}
+
 // TestChartCoversEverySetting compares the variables the gateway reads
 // (config.Usage, the table behind `gateway help env`) with those the chart
 // sets across its modes. A setting added to config/settings.go fails here
@@ -1336,7 +1347,7 @@ func TestChartCoversEverySetting(t *testing.T) {
 		}
 	}
 	for v := range chart {
-		if !gateway[v] {
+		if !gateway[v] && !runtimeEnv[v] {
 			t.Errorf("the chart sets %s, which the gateway does not read", v)
 		}
 		_, err := render(t, withExampleRoutes(t, fmt.Sprintf("extraEnv: [{name: %s, value: x}]", v)))
@@ -1466,6 +1477,67 @@ func TestConsoleSettings(t *testing.T) {
 	for _, bad := range []string{"console: {traceURL: 'https://grafana.example/explore'}", "console: {sessionTTL: forever}", "console: {theme: dark}"} {
 		if _, err := render(t, withExampleRoutes(t, bad)); err == nil {
 			t.Errorf("%s was accepted", bad)
+		}
+	}
+}
+
+// TestMemoryLimit: by default the container's memory limit reaches the
+// gateway as GATEWAY_MEMORY_LIMIT, which then gives the Go runtime 90% of it;
+// a size passes as written, and without a limit or with "" nothing is set.
+func TestMemoryLimit(t *testing.T) {
+	t.Parallel()
+	settings := func(t *testing.T, values ...string) (map[string]string, config.Settings) {
+		t.Helper()
+		r := mustRender(t, withExampleRoutes(t, values...))
+		c := gatewayContainer(t, r)
+		env := resolveEnv(t, r, c, nil)
+		s, err := config.LoadSettings(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatalf("gateway settings: %v", err)
+		}
+		return envSource(t, c), s
+	}
+	src, s := settings(t)
+	if src["GATEWAY_MEMORY_LIMIT"] != "resource:gateway/limits.memory" || src["GATEWAY_MEMORY_LIMIT_RATIO"] != "value:0.9" {
+		t.Errorf("default: GATEWAY_MEMORY_LIMIT from %q, ratio %q", src["GATEWAY_MEMORY_LIMIT"], src["GATEWAY_MEMORY_LIMIT_RATIO"])
+	}
+	if s.MemoryLimit != 256<<20 || s.SoftMemoryLimit() != 241591910 {
+		t.Errorf("default: limit %d, soft %d; want the container's 256Mi and 90%% of it", s.MemoryLimit, s.SoftMemoryLimit())
+	}
+
+	src, s = settings(t, "gateway: {memoryLimit: 200MiB, memoryLimitRatio: 0.8}")
+	if src["GATEWAY_MEMORY_LIMIT"] != "value:200MiB" || s.SoftMemoryLimit() != 160<<20 {
+		t.Errorf("explicit size: %q, soft %d; want 200MiB and %d", src["GATEWAY_MEMORY_LIMIT"], s.SoftMemoryLimit(), 160<<20)
+	}
+	for _, values := range []string{`gateway: {memoryLimit: ""}`, "resources: {limits: null}"} {
+		src, s = settings(t, values)
+		if v, ok := src["GATEWAY_MEMORY_LIMIT"]; ok || s.SoftMemoryLimit() != 0 {
+			t.Errorf("%s: GATEWAY_MEMORY_LIMIT %q, soft limit %d; want none", values, v, s.SoftMemoryLimit())
+		}
+	}
+	for _, values := range []string{"gateway: {memoryLimit: 200M}", "gateway: {memoryLimit: half}", "gateway: {memoryLimitRatio: 0.3}"} {
+		if _, err := render(t, withExampleRoutes(t, values)); err == nil {
+			t.Errorf("%s was accepted", values)
+		}
+	}
+}
+
+// TestGodebug: the chart starts goroutines with the smallest stack by
+// default; "" leaves GODEBUG to the runtime's defaults or to extraEnv, which
+// may not set it beside the chart's own.
+func TestGodebug(t *testing.T) {
+	t.Parallel()
+	src := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))
+	if src["GODEBUG"] != "value:adaptivestackstart=0" {
+		t.Errorf("default GODEBUG from %q", src["GODEBUG"])
+	}
+	src = envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, `gateway: {godebug: ""}`, "extraEnv: [{name: GODEBUG, value: madvdontneed=1}]"))))
+	if src["GODEBUG"] != "value:madvdontneed=1" {
+		t.Errorf("GODEBUG from extraEnv with gateway.godebug empty: %q", src["GODEBUG"])
+	}
+	for _, values := range []string{"gateway: {godebug: 'adaptivestackstart = 0'}", "gateway: {godebug: 'a=1,,b=2'}"} {
+		if _, err := render(t, withExampleRoutes(t, values)); err == nil {
+			t.Errorf("%s was accepted", values)
 		}
 	}
 }

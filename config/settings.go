@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -36,6 +37,14 @@ const maxInFlightLimit = 1 << 20
 // leaves at least two seconds before a broker's deadline to commit and
 // answer, and a wait must leave half of that.
 const maxAdmissionWait = time.Second
+
+// minMemoryLimit and maxMemoryLimit bound MemoryLimit. Below 32 MiB the
+// gateway's own live memory with a few connections is at the limit, and the
+// collector would run without pause; above 1 TiB the value is a typo.
+const (
+	minMemoryLimit = 32 << 20
+	maxMemoryLimit = 1 << 40
+)
 
 // maxClockSkewLimit is the largest MaxClockSkew accepted: beyond a day the
 // bound no longer tells a skewed clock from a forged time.
@@ -76,6 +85,17 @@ type Settings struct {
 	// gate keeps before a broker's deadline (at least a second is left).
 	MaxInFlight   int           `envconfig:"MAX_IN_FLIGHT" default:"1000" desc:"deliveries this process works on at once; more wait for a slot up to ADMISSION_WAIT, then get a nack (503 with Retry-After); 0 sets no bound"`
 	AdmissionWait time.Duration `envconfig:"ADMISSION_WAIT" default:"1s" desc:"how long a delivery past MAX_IN_FLIGHT waits for a slot before its nack (0 to 1s)"`
+	// MemoryLimit is the memory the process may use, usually its
+	// container's limit; MemoryLimitRatio of it becomes the Go runtime's soft
+	// limit (SoftMemoryLimit). Without one the collector lets the heap grow to
+	// twice what is live before it runs, which at a thousand deliveries in
+	// flight is tens of megabytes the process does not need; with one it
+	// collects sooner as the process nears the limit, trading CPU for memory.
+	// The rest of the limit is left for what the runtime does not count (the
+	// binary's pages, thread stacks) and for the live heap overshooting a soft
+	// limit under a burst.
+	MemoryLimit      int64   `envconfig:"MEMORY_LIMIT" desc:"memory this process may use, such as its container's limit, in bytes or with a KiB, MiB or GiB suffix; MEMORY_LIMIT_RATIO of it becomes the Go runtime's soft memory limit (unset: none, and GOMEMLIMIT applies if set)"`
+	MemoryLimitRatio float64 `envconfig:"MEMORY_LIMIT_RATIO" default:"0.9" desc:"share of MEMORY_LIMIT given to the Go runtime as its soft limit (0.5 to 1)"`
 	// MaxClockSkew bounds how far ahead of this gateway's clock a Pub/Sub
 	// publishTime may be: a later one did not come from a broker that keeps
 	// our time, and it would hide a message's age from the retention check.
@@ -228,6 +248,12 @@ func (s Settings) Validate() error {
 	}
 	if s.AdmissionWait < 0 || s.AdmissionWait > maxAdmissionWait {
 		add("ADMISSION_WAIT", "must be between 0 and %s, got %s", maxAdmissionWait, s.AdmissionWait)
+	}
+	if s.MemoryLimit != 0 && (s.MemoryLimit < minMemoryLimit || s.MemoryLimit > maxMemoryLimit) {
+		add("MEMORY_LIMIT", "must be unset or from %s to %s, got %d bytes", formatSize(minMemoryLimit), formatSize(maxMemoryLimit), s.MemoryLimit)
+	}
+	if !(s.MemoryLimitRatio >= 0.5 && s.MemoryLimitRatio <= 1) {
+		add("MEMORY_LIMIT_RATIO", "must be from 0.5 to 1, got %v", s.MemoryLimitRatio)
 	}
 	if s.MaxClockSkew <= 0 || s.MaxClockSkew > maxClockSkewLimit {
 		add("MAX_CLOCK_SKEW", "must be positive and at most %s, got %s", maxClockSkewLimit, s.MaxClockSkew)
@@ -438,6 +464,10 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("idle_timeout", s.IdleTimeout),
 		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
 		slog.Duration("max_clock_skew", s.MaxClockSkew),
+		slog.Int("max_in_flight", s.MaxInFlight),
+		slog.Duration("admission_wait", s.AdmissionWait),
+		slog.Int64("memory_limit", s.MemoryLimit),
+		slog.Float64("memory_limit_ratio", s.MemoryLimitRatio),
 		slog.Bool("key_hash_secret_set", s.KeyHashSecret != ""),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
@@ -544,6 +574,10 @@ func (s *Settings) set(key, raw string) error {
 		s.MaxInFlight = int(min(max(n, -1), maxInFlightLimit+1))
 	case "ADMISSION_WAIT":
 		s.AdmissionWait, err = parseDuration(raw)
+	case "MEMORY_LIMIT":
+		s.MemoryLimit, err = parseSize(raw)
+	case "MEMORY_LIMIT_RATIO":
+		s.MemoryLimitRatio, err = parseRatio(raw)
 	case "KEY_HASH_SECRET":
 		s.KeyHashSecret = raw
 	case "OIDC_JWKS_URL":
@@ -604,6 +638,57 @@ func parseInt(raw string) (int64, error) {
 		return 0, fmt.Errorf("%q is not an integer", raw)
 	}
 	return n, nil
+}
+
+// sizeUnits are the suffixes parseSize takes: GOMEMLIMIT's, so that a value
+// can move between the two unchanged.
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+
+// parseSize reads a byte count: digits, optionally with a B, KiB, MiB, GiB or
+// TiB suffix, as Kubernetes's resourceFieldRef writes a limit (plain bytes)
+// and as GOMEMLIMIT takes one.
+func parseSize(raw string) (int64, error) {
+	digits, shift := raw, uint(0)
+	for _, u := range sizeUnits {
+		if d, ok := strings.CutSuffix(raw, u.suffix); ok {
+			digits, shift = d, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size such as 512MiB, 1GiB or a number of bytes", raw)
+	}
+	return n << shift, nil
+}
+
+func formatSize(n int64) string {
+	for _, u := range sizeUnits {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+func parseRatio(raw string) (float64, error) {
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number such as 0.9", raw)
+	}
+	return f, nil
+}
+
+// SoftMemoryLimit is the limit serve gives the Go runtime
+// (debug.SetMemoryLimit), or 0 when MemoryLimit is unset.
+func (s Settings) SoftMemoryLimit() int64 {
+	if s.MemoryLimit <= 0 {
+		return 0
+	}
+	return int64(float64(s.MemoryLimit) * s.MemoryLimitRatio)
 }
 
 // parseList splits a comma-separated list. Spaces around items and empty

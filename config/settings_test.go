@@ -318,7 +318,7 @@ func TestUsageListsEveryVariable(t *testing.T) {
 		"GATEWAY_ROUTES_FILE", "GATEWAY_LISTEN_ADDR", "GATEWAY_ADMIN_ADDR", "GATEWAY_ADMIN_TOKEN",
 		"GATEWAY_MAX_BODY_BYTES", "GATEWAY_WRITE_TIMEOUT", "GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL",
 		"GATEWAY_INSTANCE_ID", "GATEWAY_MAX_CLOCK_SKEW", "GATEWAY_KEY_HASH_SECRET",
-		"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_ADMISSION_WAIT",
+		"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_ADMISSION_WAIT", "GATEWAY_MEMORY_LIMIT", "GATEWAY_MEMORY_LIMIT_RATIO",
 	} {
 		if !strings.Contains(buf.String(), v) {
 			t.Errorf("usage lacks %s:\n%s", v, buf.String())
@@ -445,5 +445,46 @@ func TestAdmissionSettings(t *testing.T) {
 	_, err = config.LoadSettings(env(map[string]string{"GATEWAY_ADMISSION_WAIT": "-1s"}))
 	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ADMISSION_WAIT: must be between 0 and 1s") {
 		t.Errorf("negative wait: %v", err)
+	}
+}
+
+func TestMemoryLimitSettings(t *testing.T) {
+	t.Parallel()
+	s, err := config.LoadSettings(env(nil))
+	if err != nil || s.MemoryLimit != 0 || s.MemoryLimitRatio != 0.9 || s.SoftMemoryLimit() != 0 {
+		t.Fatalf("defaults: %d, %v, soft %d, %v; want no limit and ratio 0.9", s.MemoryLimit, s.MemoryLimitRatio, s.SoftMemoryLimit(), err)
+	}
+	for raw, want := range map[string]int64{
+		"268435456": 256 << 20, // a resourceFieldRef's plain bytes
+		"256MiB":    256 << 20,
+		"1GiB":      1 << 30,
+		"65536KiB":  64 << 20,
+		"33554432B": 32 << 20,
+	} {
+		s, err := config.LoadSettings(env(map[string]string{"GATEWAY_MEMORY_LIMIT": raw}))
+		if err != nil || s.MemoryLimit != want {
+			t.Errorf("GATEWAY_MEMORY_LIMIT=%s: %d, %v; want %d", raw, s.MemoryLimit, err, want)
+		}
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MEMORY_LIMIT": "200MiB", "GATEWAY_MEMORY_LIMIT_RATIO": "0.75"}))
+	if err != nil || s.SoftMemoryLimit() != 150<<20 {
+		t.Errorf("200MiB at 0.75: soft limit %d, %v; want %d", s.SoftMemoryLimit(), err, 150<<20)
+	}
+	for _, tc := range []struct{ key, value, want string }{
+		{"GATEWAY_MEMORY_LIMIT", "256M", `"256M" is not a size`},
+		{"GATEWAY_MEMORY_LIMIT", "-1", `"-1" is not a size`},
+		{"GATEWAY_MEMORY_LIMIT", "1.5GiB", `"1.5GiB" is not a size`},
+		{"GATEWAY_MEMORY_LIMIT", "99999999999TiB", `is not a size`},
+		{"GATEWAY_MEMORY_LIMIT", "16MiB", "GATEWAY_MEMORY_LIMIT: must be unset or from 32MiB to 1TiB, got 16777216 bytes"},
+		{"GATEWAY_MEMORY_LIMIT", "2TiB", "GATEWAY_MEMORY_LIMIT: must be unset or from 32MiB to 1TiB"},
+		{"GATEWAY_MEMORY_LIMIT_RATIO", "0.4", "GATEWAY_MEMORY_LIMIT_RATIO: must be from 0.5 to 1, got 0.4"},
+		{"GATEWAY_MEMORY_LIMIT_RATIO", "1.1", "GATEWAY_MEMORY_LIMIT_RATIO: must be from 0.5 to 1"},
+		{"GATEWAY_MEMORY_LIMIT_RATIO", "NaN", "GATEWAY_MEMORY_LIMIT_RATIO: must be from 0.5 to 1"},
+		{"GATEWAY_MEMORY_LIMIT_RATIO", "most", `"most" is not a number`},
+	} {
+		_, err := config.LoadSettings(env(map[string]string{tc.key: tc.value}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v; want an error containing %q", tc.key, tc.value, err, tc.want)
+		}
 	}
 }

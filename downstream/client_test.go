@@ -1,6 +1,7 @@
 package downstream_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -812,5 +813,39 @@ func (c expiresOn) Err() error {
 		return context.DeadlineExceeded
 	default:
 		return nil
+	}
+}
+
+// The connections' buffers are small (2 KiB); a body and a header line many
+// times that size still cross whole, both ways, on a kept-alive connection.
+func TestLargeBodyAndHeadersPassTheSmallBuffers(t *testing.T) {
+	t.Parallel()
+	body := bytes.Repeat([]byte("0123456789abcdef"), 8<<10) // 128 KiB
+	padding := strings.Repeat("p", 6<<10)
+	var got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(b, body) {
+			t.Errorf("downstream read %d bytes (%v), want the %d sent", len(b), err, len(body))
+		}
+		got.Add(1)
+		w.Header().Set("X-Padding", padding)
+		w.Header().Set("X-Result-Id", "r-large")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t)
+	route := newRoute(srv.URL)
+	route.Shape = gate.ShapeIdempotent
+	route.Effect.ResultIDHeader = "X-Result-Id"
+	for range 2 {
+		req := newRequest(route)
+		req.Message.Data = body
+		if res := c.Execute(context.Background(), req); res.Outcome != gate.OutcomeConfirmed || res.ResultID != "r-large" {
+			t.Fatalf("outcome %s, result %q (%s); want confirmed with r-large", res.Outcome, res.ResultID, res.Reason)
+		}
+	}
+	if got.Load() != 2 {
+		t.Fatalf("downstream saw %d calls, want 2", got.Load())
 	}
 }

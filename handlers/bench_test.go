@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/ackgate/ackgate/telemetry"
 )
 
 // The cost of a delivery through the whole gateway (HTTP in, Postgres ledger,
@@ -26,6 +29,13 @@ func BenchmarkPushNewOperation(b *testing.B) {
 func BenchmarkPushNewOperationUnsampled(b *testing.B) {
 	benchmarkNewOperations(b, newEnvSampled(b, true, routeYAML("orders", "idempotent", "broker", ""), nil,
 		sdktrace.ParentBased(sdktrace.NeverSample())))
+}
+
+// The same with the tracer provider of a gateway that exports no traces
+// (telemetry.IDsOnly): every span has its ids, none records.
+func BenchmarkPushNewOperationNoExporter(b *testing.B) {
+	benchmarkNewOperations(b, newEnvTraced(b, true, routeYAML("orders", "idempotent", "broker", ""), nil,
+		telemetry.IDsOnly(), tracetest.NewInMemoryExporter()))
 }
 
 func benchmarkNewOperations(b *testing.B, e *env) {

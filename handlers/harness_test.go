@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/config"
@@ -252,15 +253,22 @@ func newEnvWith(t testing.TB, dedupe bool, routesYAML string, vars map[string]st
 // the SDK's default, which records every delivery.
 func newEnvSampled(t testing.TB, dedupe bool, routesYAML string, vars map[string]string, sampler sdktrace.Sampler) *env {
 	t.Helper()
-	ctx := context.Background()
-	e := &env{t: t, clock: &clock{}, spans: tracetest.NewInMemoryExporter(), logs: &testenv.SyncBuffer{}}
+	spans := tracetest.NewInMemoryExporter()
 	// Every test gateway is fully instrumented: spans into memory, metrics
 	// into a Prometheus registry, JSON logs into a buffer.
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithSyncer(e.spans)}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithSyncer(spans)}
 	if sampler != nil {
 		topts = append(topts, sdktrace.WithSampler(sampler))
 	}
-	tp := sdktrace.NewTracerProvider(topts...)
+	return newEnvTraced(t, dedupe, routesYAML, vars, sdktrace.NewTracerProvider(topts...), spans)
+}
+
+// newEnvTraced is newEnvSampled with a tracer provider of the caller's;
+// spans is where that provider's spans go, if anywhere.
+func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]string, tp trace.TracerProvider, spans *tracetest.InMemoryExporter) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, clock: &clock{}, spans: spans, logs: &testenv.SyncBuffer{}}
 	tel, err := telemetry.WithPrometheus(tp, resource.Empty())
 	if err != nil {
 		t.Fatal(err)

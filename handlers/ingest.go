@@ -255,7 +255,19 @@ func (o *IngestOptions) finish(ctx context.Context, w http.ResponseWriter, b gat
 // readBody reads at most limit bytes; a larger body is refused with 413
 // before anything is decoded or recorded.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	var (
+		body []byte
+		err  error
+	)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		// A declared length (net/http ends the body there): one buffer of
+		// that size, where ReadAll would grow one from 512 bytes.
+		body = make([]byte, n)
+		_, err = io.ReadFull(rd, body)
+	} else {
+		body, err = io.ReadAll(rd)
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -26,6 +27,47 @@ type Metrics struct {
 	downstream  metric.Float64Histogram
 	gate        metric.Float64Histogram
 	meter       metric.Meter
+	// sets holds the measurement option of each label combination seen, so
+	// that a delivery's half a dozen measurements reuse their attribute sets
+	// instead of building and sorting each one anew. The labels are bounded
+	// (above), and so is the cache.
+	sets sync.Map // labels -> metric.MeasurementOption
+}
+
+// labels are one measurement's label values; names says which label each
+// value is for, so that two instruments' combinations never collide.
+type labels struct {
+	names   *[3]string
+	a, b, c string
+	status  int // Response's third label, kept as a number until a miss
+}
+
+var (
+	deliveredLabels  = &[3]string{"broker", "route", "decision"}
+	malformedLabels  = &[3]string{"broker", "route", "kind"}
+	transitionLabels = &[3]string{"route", "from", "to"}
+	contendedLabels  = &[3]string{"route"}
+	downstreamLabels = &[3]string{"route", "kind", "outcome"}
+	responseLabels   = &[3]string{"broker", "route", "status"}
+)
+
+// with returns the measurement option of l, built once.
+func (m *Metrics) with(l labels) metric.MeasurementOption {
+	if o, ok := m.sets.Load(l); ok {
+		return o.(metric.MeasurementOption)
+	}
+	values := [3]string{l.a, l.b, l.c}
+	if l.names == responseLabels {
+		values[2] = strconv.Itoa(l.status)
+	}
+	kvs := make([]attribute.KeyValue, 0, 3)
+	for i, name := range l.names {
+		if name != "" {
+			kvs = append(kvs, attribute.String(name, values[i]))
+		}
+	}
+	o, _ := m.sets.LoadOrStore(l, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+	return o.(metric.MeasurementOption)
 }
 
 var _ gate.Recorder = (*Metrics)(nil)
@@ -87,7 +129,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 
 // Delivered implements gate.Recorder.
 func (m *Metrics) Delivered(ctx context.Context, r *gate.Route, b gate.Broker, d gate.Decision, gateTime time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("broker", string(b)), attribute.String("route", r.Name), attribute.String("decision", string(d)))
+	attrs := m.with(labels{names: deliveredLabels, a: string(b), b: r.Name, c: string(d)})
 	m.deliveries.Add(ctx, 1, attrs)
 	m.gate.Record(ctx, gateTime.Seconds(), attrs)
 }
@@ -95,8 +137,7 @@ func (m *Metrics) Delivered(ctx context.Context, r *gate.Route, b gate.Broker, d
 // Malformed counts a delivery refused as malformed. kind comes from the
 // handlers' small fixed set, never from the request.
 func (m *Metrics) Malformed(ctx context.Context, b gate.Broker, route, kind string) {
-	m.malformed.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
-		attribute.String("route", route), attribute.String("kind", kind)))
+	m.malformed.Add(ctx, 1, m.with(labels{names: malformedLabels, a: string(b), b: route, c: kind}))
 }
 
 // Transitioned implements gate.Recorder.
@@ -106,27 +147,24 @@ func (m *Metrics) Transitioned(ctx context.Context, r *gate.Route, steps []gate.
 		if from == "" {
 			from = "new"
 		}
-		m.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("route", r.Name),
-			attribute.String("from", from), attribute.String("to", string(s.To))))
+		m.transitions.Add(ctx, 1, m.with(labels{names: transitionLabels, a: r.Name, b: from, c: string(s.To)}))
 	}
 }
 
 // Contended implements gate.Recorder.
 func (m *Metrics) Contended(ctx context.Context, r *gate.Route) {
-	m.contended.Add(ctx, 1, metric.WithAttributes(attribute.String("route", r.Name)))
+	m.contended.Add(ctx, 1, m.with(labels{names: contendedLabels, a: r.Name}))
 }
 
 // Downstream implements gate.Recorder.
 func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptKind, o gate.Outcome, took time.Duration) {
-	m.downstream.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("route", r.Name),
-		attribute.String("kind", string(k)), attribute.String("outcome", string(o))))
+	m.downstream.Record(ctx, took.Seconds(), m.with(labels{names: downstreamLabels, a: r.Name, b: string(k), c: string(o)}))
 }
 
 // Response counts a status returned on a push endpoint. route is "unknown"
 // when the request named a route the gateway does not have.
 func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
-	m.responses.Add(ctx, 1, metric.WithAttributes(attribute.String("broker", string(b)),
-		attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+	m.responses.Add(ctx, 1, m.with(labels{names: responseLabels, a: string(b), b: route, status: status}))
 }
 
 // AdminAuthFailed counts an admin request refused for its credential.

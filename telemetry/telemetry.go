@@ -43,10 +43,11 @@ type Telemetry struct {
 //
 // Traces are exported only when an exporter is configured: OTEL_TRACES_EXPORTER
 // (otlp, console, none), or an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT). Without one, spans are still created
-// and sampled, so trace ids reach the ledger and the logs, but nothing is sent.
-// The exporter itself is chosen by autoexport, which reads the process
-// environment. Metrics always go to the Prometheus handler.
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT). Without one, spans still get ids and
+// sampling flags, so trace ids reach the ledger, the logs and the downstream,
+// but nothing is recorded (IDsOnly), unless OTEL_TRACES_SAMPLER asks for the
+// SDK's sampling anyway. The exporter itself is chosen by autoexport, which
+// reads the process environment. Metrics always go to the Prometheus handler.
 func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) {
 	res, err := resource.New(ctx,
 		resource.WithAttributes(
@@ -59,6 +60,9 @@ func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) 
 	)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	if !tracesConfigured(getenv) && getenv("OTEL_TRACES_SAMPLER") == "" {
+		return WithPrometheus(IDsOnly(), res)
 	}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if tracesConfigured(getenv) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/ackgate/ackgate/config"
@@ -82,6 +83,13 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		return fmt.Errorf("settings: %w", err)
 	}
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.LogLevel})))
+	if limit := s.SoftMemoryLimit(); limit > 0 {
+		// Replaces GOMEMLIMIT, which the runtime read at start: the setting
+		// is the operator's explicit word for this process.
+		previous := debug.SetMemoryLimit(limit)
+		defer debug.SetMemoryLimit(previous)
+		log.Info("go runtime memory limit set", "bytes", limit, "of", s.MemoryLimit, "ratio", s.MemoryLimitRatio)
+	}
 	for _, w := range config.AuthNoneWarnings(routes) {
 		log.Warn(w)
 	}

@@ -105,6 +105,9 @@ type Gateway struct {
 	lanesRefresh time.Duration
 }
 
+// redisBufferSize sizes each Redis connection's read and write buffers.
+const redisBufferSize = 4 << 10
+
 // Instrumentation scopes of the spans the gateway's own packages start.
 const (
 	gateTracer     = "github.com/ackgate/ackgate/gate"
@@ -152,6 +155,12 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
+	// A delivery's Redis commands are short script calls with short answers;
+	// go-redis's default of 32 KiB per connection each way is room for
+	// values the gateway never reads. (The purge's pipelines use a pool of
+	// their own with larger buffers.)
+	ropts.ReadBufferSize = redisBufferSize
+	ropts.WriteBufferSize = redisBufferSize
 
 	g := &Gateway{}
 	defer func() {
