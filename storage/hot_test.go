@@ -2,10 +2,12 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
@@ -126,4 +128,48 @@ func deref(s *string) string {
 		return "NULL"
 	}
 	return *s
+}
+
+// A change that is not a claim locks its row through the primary key. A
+// new ledger has no statistics, and a plan cached then that reached the row
+// through operations_scope_key instead would read that whole index for
+// every change until the first ANALYZE. One session, so that its cached
+// plan is the one every change after the fifth uses.
+func TestChangesLockTheirRowByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := migratedURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := storage.NewLedger(pool)
+	for i := range 8 {
+		op := newOperation(fmt.Sprintf("lock-%d", i))
+		createPending(t, l, op)
+		must(t, l.Write(ctx, gate.RetryLaterChange(settling(op.ID, gate.StatePendingEffect, 1,
+			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503}, 0), "503", t0)))
+	}
+	pool.Close() // its backend publishes its counts as it exits
+
+	obs, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(ctx)
+	var pkey, scope int64
+	testenv.Eventually(t, testenv.StepTimeout, func() bool {
+		err := obs.QueryRow(ctx, `SELECT
+			(SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'operations_pkey'),
+			(SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'operations_scope_key')`).Scan(&pkey, &scope)
+		return err == nil && pkey >= 8
+	}, func() string { return fmt.Sprintf("primary key read %d times", pkey) })
+	if scope != 0 {
+		t.Fatalf("the scope key index was read %d times by changes that name their row by id", scope)
+	}
 }
