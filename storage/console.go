@@ -17,9 +17,9 @@ import (
 // cap), so a ledger of millions of operations costs a page, not a scan
 // (TestLaneQueriesUseIndexes, BenchmarkLanesMillion). A lane's state is
 // written into the SQL as a literal, never bound as a parameter: the lane
-// indexes are partial (WHERE state IN ...), and a plan made for "$1" could
-// not prove a parameter inside their predicate, so a cached generic plan
-// would fall back to reading the table (see inState).
+// indexes are partial (WHERE waiting IN ..., migration 0016), and a plan
+// made for "$1" could not prove a parameter inside their predicate, so a
+// cached generic plan would fall back to reading the table (see inState).
 
 // LaneCountCap is where lane counts stop counting: beyond it an operator
 // needs to know "a lot", not the figure, and counting further would read

@@ -239,7 +239,7 @@ func percent(part, whole int64) int64 {
 
 // freshMessage is the gateway's three changes for a new message whose
 // effect is confirmed and acked.
-func freshMessage(b *testing.B, name string, at time.Time) (claim, confirm, ack *gate.Change) {
+func freshMessage(b testing.TB, name string, at time.Time) (claim, confirm, ack *gate.Change) {
 	path := func(from gate.State, to ...gate.State) []gate.Step {
 		edges, err := gate.Path(from, to...)
 		if err != nil {
