@@ -6,7 +6,7 @@
 -- only when no index mentions a column whose value changed, in its key or
 -- its predicate. Five indexes mentioned state (the open work and the lanes
 -- of 0008, 0012 and 0015), so every state change wrote a new entry into
--- every index of the table, seven of them on the hot path.
+-- each index that held the row: seven for a confirmation, six for an ack.
 --
 -- Those indexes now read waiting instead, which says what the operation
 -- waits in and changes far less often than state:
@@ -109,6 +109,9 @@ CREATE INDEX operations_terminal_route_created ON operations (route, created_at,
 
 DROP INDEX deliveries_undecided;
 
+-- Half of each new operations page stays free for the next versions of its
+-- rows: at 80 and 65 only some confirmations found room on their page
+-- (docs/performance.md, fourth round). Existing pages are not rewritten.
 ALTER TABLE operations SET (fillfactor = 50);
 ALTER TABLE deliveries SET (fillfactor = 85);
 
