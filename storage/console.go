@@ -17,9 +17,9 @@ import (
 // cap), so a ledger of millions of operations costs a page, not a scan
 // (TestLaneQueriesUseIndexes, BenchmarkLanesMillion). A lane's state is
 // written into the SQL as a literal, never bound as a parameter: the lane
-// indexes are partial (WHERE state IN ...), and a plan made for "$1" could
-// not prove a parameter inside their predicate, so a cached generic plan
-// would fall back to reading the table.
+// indexes are partial (WHERE waiting IN ..., migration 0016), and a plan
+// made for "$1" could not prove a parameter inside their predicate, so a
+// cached generic plan would fall back to reading the table (see inState).
 
 // LaneCountCap is where lane counts stop counting: beyond it an operator
 // needs to know "a lot", not the figure, and counting further would read
@@ -68,7 +68,7 @@ func laneQuery(f adminapi.LaneFilter) (string, []any, int, error) {
 	limit := pageLimit(f.Limit)
 	// The state is one of gate.States (checked above), so quoting it as a
 	// literal is safe.
-	where := []string{"o.state = '" + string(f.State) + "'"}
+	where := []string{inState("o", f.State)}
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
@@ -142,7 +142,24 @@ func (l *Ledger) LaneTotals(ctx context.Context, routes []string, states []gate.
 // laneCountSQL counts one route's operations in state s, up to $2. The
 // state was checked against gate.States by the caller.
 func laneCountSQL(s gate.State) string {
-	return `SELECT count(*) FROM (SELECT 1 FROM operations WHERE route = $1 AND state = '` + string(s) + `' LIMIT $2) lane`
+	return `SELECT count(*) FROM (SELECT 1 FROM operations o WHERE o.route = $1 AND ` + inState("o", s) + ` LIMIT $2) lane`
+}
+
+// inState is the condition for operations of alias in state s, written so
+// that the planner can walk the indexes of migration 0016, which hold
+// waiting rather than state: an open state's operations are among the open
+// work, a lane's are the lane. The caller checked s against gate.States,
+// so it is written as a literal; a bound parameter could not prove a
+// partial index's predicate.
+func inState(alias string, s gate.State) string {
+	cond := alias + ".state = '" + string(s) + "'"
+	switch s {
+	case gate.StateEffectIndeterminate, gate.StateTerminalFailure, gate.StateConflicting:
+		return alias + ".waiting = '" + string(s) + "' AND " + cond
+	case gate.StateAcknowledged:
+		return cond
+	}
+	return alias + ".waiting = 'open' AND " + cond
 }
 
 const outboxCountSQL = `SELECT count(*) FROM (SELECT 1 FROM outbox WHERE route = $1 AND delivered_at IS NULL LIMIT $2) lane`

@@ -71,11 +71,12 @@ func deadLettersQuery(f adminapi.DeadLetterFilter) (string, []any, int, error) {
 	if why := gate.Unstorable(f.Route); why != "" {
 		return "", nil, 0, fmt.Errorf("storage: dead letters: %w: route %s", adminapi.ErrInvalidFilter, why)
 	}
-	// The state test repeats the predicate of migration 0012's partial
-	// indexes word for word, so the planner walks one of them backwards
-	// instead of sorting the terminal history, which can grow large.
+	// The condition repeats the predicate of the partial indexes of
+	// migrations 0012 and 0016 word for word, so the planner walks one of
+	// them backwards instead of sorting the terminal history, which can
+	// grow large. waiting is the state for exactly these two states.
 	sql := `SELECT ` + deadLettersColumns + ` FROM operations o
-		WHERE o.state IN ('terminal_failure', 'conflicting')`
+		WHERE o.waiting IN ('terminal_failure', 'conflicting')`
 	args := []any{}
 	if f.Route != "" {
 		args = append(args, f.Route)

@@ -37,7 +37,7 @@ const claimDueSQL = `
 UPDATE operations AS o SET next_check_at = now() + $3::bigint * interval '1 microsecond'
 FROM (
 	SELECT id FROM operations
-	WHERE state = 'effect_indeterminate' AND conflict_of IS NULL AND shape IN ('lookup', 'handoff') AND route = $1
+	WHERE waiting = 'effect_indeterminate' AND state = 'effect_indeterminate' AND conflict_of IS NULL AND shape IN ('lookup', 'handoff') AND route = $1
 		AND coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond') <= now()
 	ORDER BY coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond'), id
 	LIMIT $4
@@ -150,13 +150,12 @@ func (m *Maintenance) PurgePoison(ctx context.Context, route string, others []st
 	return tag.RowsAffected(), nil
 }
 
-// laneStates are the states an operation waits in: open work, the
+// laneWaiting selects the states an operation waits in: open work, the
 // indeterminate lane and the terminal one. Settled, acknowledged work and
 // conflict records are history, not lanes, and are not counted; the partial
-// index operations_open_by_state covers exactly these states, so the count
-// reads the index, never the whole table.
-const laneStates = `('received', 'reserved', 'pending_effect', 'effect_indeterminate',
-	'effect_confirmed', 'ack_pending', 'terminal_failure')`
+// index operations_waiting (migration 0016) holds these and conflict
+// records only, so the count reads the index, never the whole table.
+const laneWaiting = `('open', 'effect_indeterminate', 'terminal_failure')`
 
 // LaneStat is how many operations of a route wait in one lane state, and
 // since when the oldest of them exists.
@@ -171,7 +170,7 @@ type LaneStat struct {
 // the lane gauges' background refresh runs; nothing runs it per scrape.
 func (m *Maintenance) LaneStats(ctx context.Context) ([]LaneStat, error) {
 	rows, err := m.pool.Query(ctx, `SELECT route, state, count(*), min(created_at) FROM operations
-		WHERE state IN `+laneStates+` AND conflict_of IS NULL
+		WHERE waiting IN `+laneWaiting+` AND conflict_of IS NULL
 		GROUP BY route, state ORDER BY route, state`)
 	if err != nil {
 		return nil, translate("lane stats", err)

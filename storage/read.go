@@ -151,7 +151,7 @@ func (l *Ledger) List(ctx context.Context, f adminapi.ListFilter) ([]gate.Operat
 		if !gate.State(f.State).Valid() {
 			return nil, "", fmt.Errorf("storage: list: %w: unknown state %q", adminapi.ErrInvalidFilter, f.State)
 		}
-		cond("o.state = $?", f.State)
+		cond(inState("o", gate.State(f.State)))
 	}
 	if f.Key != "" {
 		cond("o.key = $?", f.Key)
