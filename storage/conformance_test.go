@@ -18,17 +18,23 @@ import (
 func TestLedgerConforms(t *testing.T) {
 	gatetest.RunLedger(t, func(t *testing.T) gatetest.LedgerHarness {
 		l, _ := newLedger(t)
-		return gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
-			t.Helper()
-			rec := mustGet(t, l, id)
-			s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters,
-				Interventions: rec.Interventions}
-			for _, e := range rec.Events {
-				s.Transitions = append(s.Transitions, gate.Transition{From: e.From, To: e.To})
-			}
-			return s
-		}}
+		return ledgerHarness(l)
 	})
+}
+
+// ledgerHarness reads back what l recorded about an operation through its
+// evidence record, as the admin API does.
+func ledgerHarness(l *storage.Ledger) gatetest.LedgerHarness {
+	return gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
+		t.Helper()
+		rec := mustGet(t, l, id)
+		s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters,
+			Interventions: rec.Interventions}
+		for _, e := range rec.Events {
+			s.Transitions = append(s.Transitions, gate.Transition{From: e.From, To: e.To})
+		}
+		return s
+	}}
 }
 
 func TestReservationsConform(t *testing.T) {

@@ -22,17 +22,8 @@ func TestLocalConforms(t *testing.T) {
 			t.Fatal(err)
 		}
 		return gatetest.LocalHarness{
-			LedgerHarness: gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
-				t.Helper()
-				rec := mustGet(t, l, id)
-				s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters,
-					Interventions: rec.Interventions}
-				for _, e := range rec.Events {
-					s.Transitions = append(s.Transitions, gate.Transition{From: e.From, To: e.To})
-				}
-				return s
-			}},
-			Local: l,
+			LedgerHarness: ledgerHarness(l),
+			Local:         l,
 			Route: func(refuse bool) *gate.Route {
 				n := "1"
 				if refuse {

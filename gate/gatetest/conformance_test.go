@@ -12,17 +12,18 @@ import (
 // The fakes pass the same cases storage/ passes on real Postgres and Redis
 // (storage's conformance_test.go).
 func TestFakeLedgerConforms(t *testing.T) {
-	gatetest.RunLedger(t, func(t *testing.T) gatetest.LedgerHarness {
-		l := gatetest.NewLedger()
-		return gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
-			t.Helper()
-			s, ok := l.Snapshot(id)
-			if !ok {
-				t.Fatalf("no operation %s", id)
-			}
-			return s
-		}}
-	})
+	gatetest.RunLedger(t, func(t *testing.T) gatetest.LedgerHarness { return fakeHarness(gatetest.NewLedger()) })
+}
+
+func fakeHarness(l *gatetest.Ledger) gatetest.LedgerHarness {
+	return gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
+		t.Helper()
+		s, ok := l.Snapshot(id)
+		if !ok {
+			t.Fatalf("no operation %s", id)
+		}
+		return s
+	}}
 }
 
 func TestFakeReservationsConform(t *testing.T) {
@@ -43,15 +44,8 @@ func TestFakeLocalConforms(t *testing.T) {
 			return gate.EffectResult{Outcome: gate.OutcomeConfirmed, ResultID: fmt.Sprintf("row-%d", n)}
 		}}
 		return gatetest.LocalHarness{
-			LedgerHarness: gatetest.LedgerHarness{Ledger: l, Inspect: func(t *testing.T, id string) gatetest.Snapshot {
-				t.Helper()
-				s, ok := l.Snapshot(id)
-				if !ok {
-					t.Fatalf("no operation %s", id)
-				}
-				return s
-			}},
-			Local: x,
+			LedgerHarness: fakeHarness(l),
+			Local:         x,
 			Route: func(refuse bool) *gate.Route {
 				sql := "insert"
 				if refuse {
