@@ -19,9 +19,15 @@ func (l *Ledger) intervene(ctx context.Context, c *gate.Change) error {
 			state       gate.State
 			fence       int64
 			attempts, n int
+			conflict    bool
 		)
-		err := tx.QueryRow(ctx, `SELECT state, fence, attempt_count FROM operations
-			WHERE id = $1 AND conflict_of IS NULL FOR UPDATE`, c.OperationID).Scan(&state, &fence, &attempts)
+		// By id alone, which only the primary key serves (see migration
+		// 0016); a conflict record is not an operation one can take.
+		err := tx.QueryRow(ctx, `SELECT state, fence, attempt_count, conflict_of IS NOT NULL FROM operations
+			WHERE id = $1 FOR UPDATE`, c.OperationID).Scan(&state, &fence, &attempts, &conflict)
+		if err == nil && conflict {
+			err = pgx.ErrNoRows
+		}
 		if err != nil {
 			return err
 		}

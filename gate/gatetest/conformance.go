@@ -374,6 +374,13 @@ var ledgerCases = []ledgerCase{
 		if !errors.Is(err, gate.ErrNotFound) {
 			t.Fatalf("claiming a conflict record: %v, want ErrNotFound", err)
 		}
+		// Nor taken by an operator or the reconciler.
+		iv := &gate.Intervention{Resolution: gate.Resolution{Kind: gate.ResolveAbandon, Reason: "r", Actor: "alice"},
+			From: gate.StateConflicting, To: gate.StateConflicting, Fence: 9, At: t0}
+		err = h.Ledger.Write(context.Background(), gate.ResolveChange(intervening(&rec, gate.StateConflicting, "op-x", 9), nil, iv, 0, "", nil, "abandon", t0))
+		if !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("resolving a conflict record: %v, want ErrNotFound", err)
+		}
 	}},
 }
 
