@@ -86,7 +86,8 @@ type Config struct {
 	MaxDeliveryAttempts                  int
 
 	Seed uint64
-	// Broken makes the downstream lie, to show the checker catches it.
+	// Broken makes the downstream and the local route's statement lie, to
+	// show the checker catches it.
 	Broken faultydown.Broken
 	// Timeout bounds the whole run.
 	Timeout time.Duration
@@ -205,6 +206,20 @@ CREATE TRIGGER soak_local_retryable_poison BEFORE INSERT ON soak_local_effects
     FOR EACH ROW EXECUTE FUNCTION soak_local_retryable_poison();
 `
 
+// localSQL is the local route's statement. A broken run breaks it the way
+// it breaks the downstream, so that the checker is seen to notice on the
+// local shape too: double-apply writes two rows per execution, and lie
+// returns a fresh row id without writing anything.
+func localSQL(broken faultydown.Broken) string {
+	switch broken {
+	case faultydown.DoubleApply:
+		return `INSERT INTO soak_local_effects (idempotency_key, operation_id, data) SELECT $1::text, $2::text, $3::bytea FROM generate_series(1, 2) RETURNING id`
+	case faultydown.Lie:
+		return `SELECT nextval(pg_get_serial_sequence('soak_local_effects', 'id')) WHERE $1::text IS NOT NULL AND $2::text IS NOT NULL AND $3::bytea IS NOT NULL`
+	}
+	return `INSERT INTO soak_local_effects (idempotency_key, operation_id, data) VALUES ($1, $2, $3) RETURNING id`
+}
+
 // shapes maps each route to its shape, for the checker.
 func shapes() map[string]string {
 	out := make(map[string]string, len(routes))
@@ -219,7 +234,7 @@ func subscription(r string) string { return "projects/soak/subscriptions/" + r }
 // routesYAML is the routes file. The effect timeout is well inside the ack
 // deadline, so a slow downstream is given up on and the gateway still
 // answers (nack) before the broker stops waiting.
-func routesYAML(downstream string) string {
+func routesYAML(downstream string, broken faultydown.Broken) string {
 	out := "# Written by the soak (internal/soak) for one run.\nroutes:\n"
 	for _, r := range routes {
 		out += fmt.Sprintf(`  - name: %s
@@ -233,13 +248,13 @@ func routesYAML(downstream string) string {
 		if r.shape == shapeLocal {
 			out += fmt.Sprintf(`    shape: local
     local:
-      sql: INSERT INTO soak_local_effects (idempotency_key, operation_id, data) VALUES ($1, $2, $3) RETURNING id
+      sql: %q
       params: [idempotency_key, operation_id, data_bytes]
       timeout: 2s
     max_attempts: 4
     dead_letter: %s
     ack_deadline: %s
-`, r.deadLetter, AckDeadline)
+`, localSQL(broken), r.deadLetter, AckDeadline)
 			continue
 		}
 		out += fmt.Sprintf(`    effect:
@@ -429,7 +444,7 @@ func (r *runner) setUp(ctx context.Context) error {
 	}
 
 	routesFile := filepath.Join(r.dir, "routes.yaml")
-	if err := os.WriteFile(routesFile, []byte(routesYAML(r.downURL)), 0o644); err != nil {
+	if err := os.WriteFile(routesFile, []byte(routesYAML(r.downURL, r.cfg.Broken)), 0o644); err != nil {
 		return err
 	}
 	settings := map[string]string{
