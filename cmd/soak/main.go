@@ -87,7 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxDeliveryAttempts, "max-delivery-attempts", cfg.MaxDeliveryAttempts, "subscription dead-letter policy: deliveries before it gives up")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the random choices (faults, poison, reuse)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on the whole run")
-	broken := fs.String("break", "", `make the downstream lie, to see the checker fail the run: "double-apply" or "lie"`)
+	fs.DurationVar(&cfg.RelayDrain, "relay-drain", cfg.RelayDrain, "once the subscription is done, how long to wait for the relay to settle every handed-off operation")
+	broken := fs.String("break", "", `make the downstream and the local route's statement lie, to see the checker fail the run: "double-apply" or "lie"`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -59,6 +59,20 @@ type LedgerOp struct {
 	// DeadLetter is the reason in the gateway's dead-letter table; "" when it
 	// has no dead letter.
 	DeadLetter string
+	// HandedOff: the operation committed with an outbox entry (the moment a
+	// handoff route acks). Outbox: the entry exists. OutboxDelivered: the
+	// relay's sweep emptied it once the effect was evidenced.
+	HandedOff, Outbox, OutboxDelivered bool
+}
+
+// LocalRow is one row the local route's statement wrote, read from the
+// route's own table: the local shape's record of its effects.
+type LocalRow struct {
+	Route       string
+	ID          string
+	Key         string
+	OperationID string
+	BodySHA256  string
 }
 
 // Inputs are the three records.
@@ -70,6 +84,11 @@ type Inputs struct {
 	// TraceOps maps a trace id to the ids of the records whose delivery rows
 	// carry it.
 	TraceOps map[string][]string
+	// Shapes maps a route to its shape; only handoff and local matter.
+	Shapes map[string]string
+	// LocalRows are the local route's rows: its effects, each of which must
+	// have committed with its operation's evidence.
+	LocalRows []LocalRow
 }
 
 // Accounting sorts every intent into the one place it ended up.
@@ -86,6 +105,20 @@ type Accounting struct {
 	ConfirmedUnacked int
 	// Orphans are ledger records no published message's delivery points at.
 	Orphans int
+
+	// Handoff payloads the broker was acked for at the handoff, by what the
+	// relay made of them: confirmed with the downstream's evidence, parked
+	// in the indeterminate lane, terminal with a dead letter, or still open
+	// when the run ended (each of those is also an invariant violation).
+	HandedOffConfirmed, HandedOffParked, HandedOffTerminal, HandedOffOpen int
+	// Outbox entries not emptied at the end, by their operation's state:
+	// parked and terminal ones keep their message for a replay; confirmed
+	// ones wait for the next sweep; open ones were still the relay's.
+	OutboxParked, OutboxTerminal, OutboxConfirmed, OutboxOpen int
+	// LocalCommitted: acked local payloads with exactly one row, written in
+	// the commit that confirmed their operation (also in AckedWithEvidence).
+	// LocalRows counts the rows in the local table.
+	LocalCommitted, LocalRows int
 }
 
 // Invariant is one count that must be zero, with a few examples when not.
@@ -99,11 +132,14 @@ type Invariant struct {
 type Verdict struct {
 	Accounting
 	TwoEffects, AcksWithoutEffect, ConflictsExecuted, Unaccounted Invariant
+	HandoffsWithoutOutbox, HandoffsOpen, LocalRowsWithoutEvidence Invariant
 }
 
-// Invariants lists the four in a fixed order.
+// Invariants lists them in a fixed order: the four every shape answers to,
+// then those of the handoff and local shapes.
 func (v *Verdict) Invariants() []Invariant {
-	return []Invariant{v.TwoEffects, v.AcksWithoutEffect, v.ConflictsExecuted, v.Unaccounted}
+	return []Invariant{v.TwoEffects, v.AcksWithoutEffect, v.ConflictsExecuted, v.Unaccounted,
+		v.HandoffsWithoutOutbox, v.HandoffsOpen, v.LocalRowsWithoutEvidence}
 }
 
 // Violations is the sum of the invariants.
@@ -163,13 +199,30 @@ var (
 //     the original's idempotency key, or one payload answered from two records.
 //   - messages not accounted for: an intent the ledger does not know, or knows
 //     only in a lane without a reason.
+//   - handoffs acked without an outbox entry: a handoff payload acked while
+//     its operation has no committed outbox entry, so no relay would ever
+//     deliver it.
+//   - handoffs left open: a handoff payload acked whose operation, after the
+//     relay's drain, is neither confirmed, parked nor terminal.
+//   - local rows without evidence: a row of the local table whose operation
+//     is unknown, of another key, or not confirmed with that very row as its
+//     result. The local table's rows are effects like the downstream's, so
+//     a second row for one key is a key with two effects and an acked local
+//     payload without its row is an ack without an effect.
 func Check(in Inputs) Verdict {
 	var v Verdict
 	two, noEffect, conflicts, lost := findings{}, findings{}, findings{}, findings{}
+	noOutbox, open, rowsAlone := findings{}, findings{}, findings{}
+
+	effects := slices.Clone(in.Effects)
+	for _, lr := range in.LocalRows {
+		effects = append(effects, Effect{Route: lr.Route, Key: lr.Key, ResultID: lr.ID, BodySHA256: lr.BodySHA256})
+	}
+	v.LocalRows = len(in.LocalRows)
 
 	byKey := map[string][]Effect{}
 	keysBySHA := map[string]map[string]bool{}
-	for _, e := range in.Effects {
+	for _, e := range effects {
 		k := e.Route + " " + e.Key
 		byKey[k] = append(byKey[k], e)
 		if keysBySHA[e.BodySHA256] == nil {
@@ -209,6 +262,10 @@ func Check(in Inputs) Verdict {
 			continue
 		}
 		op := in.Ops[ids[0]]
+		if in.Shapes[it.Route] == shapeHandoff && it.Acked && op.ConflictOf == "" {
+			handedOff(&v, it, op, byKey, noEffect, lost, noOutbox, open)
+			continue
+		}
 		switch {
 		case slices.Contains(confirmedStates, op.State):
 			if !appliedFor(byKey[op.Route+" "+op.IdempotencyKey], op.ResultID, it.BodySHA256) {
@@ -216,6 +273,9 @@ func Check(in Inputs) Verdict {
 					it.name(), op.ID, op.State, op.ResultID)
 			} else if it.Acked {
 				v.AckedWithEvidence++
+				if in.Shapes[it.Route] == shapeLocal && len(byKey[op.Route+" "+op.IdempotencyKey]) == 1 {
+					v.LocalCommitted++
+				}
 			} else {
 				v.ConfirmedUnacked++
 			}
@@ -263,12 +323,75 @@ func Check(in Inputs) Verdict {
 	for _, kr := range in.KeyReuse {
 		conflicts.add("reuse "+kr.Route+" "+kr.Key, "route %s: key %s was sent again with a different payload", kr.Route, kr.Key)
 	}
+	for _, op := range in.Ops {
+		if !op.Outbox || op.OutboxDelivered {
+			continue
+		}
+		switch {
+		case slices.Contains(confirmedStates, op.State):
+			v.OutboxConfirmed++
+		case op.State == "effect_indeterminate":
+			v.OutboxParked++
+		case op.State == "terminal_failure":
+			v.OutboxTerminal++
+		default:
+			v.OutboxOpen++
+		}
+	}
+	for _, lr := range in.LocalRows {
+		op, ok := in.Ops[lr.OperationID]
+		switch {
+		case !ok:
+			rowsAlone.add("row "+lr.ID, "local row %s (key %s) names operation %s, which the ledger does not have", lr.ID, lr.Key, lr.OperationID)
+		case op.Route != lr.Route || op.IdempotencyKey != lr.Key:
+			rowsAlone.add("row "+lr.ID, "local row %s has key %s, and its operation %s is %s/%s", lr.ID, lr.Key, op.ID, op.Route, op.IdempotencyKey)
+		case !slices.Contains(confirmedStates, op.State) || op.ResultID != lr.ID:
+			rowsAlone.add("row "+lr.ID, "local row %s (key %s): operation %s is %s with result %q", lr.ID, lr.Key, op.ID, op.State, op.ResultID)
+		}
+	}
 
 	v.TwoEffects = two.invariant("keys with two effects")
 	v.AcksWithoutEffect = noEffect.invariant("acks without an effect")
 	v.ConflictsExecuted = conflicts.invariant("conflicts executed")
 	v.Unaccounted = lost.invariant("messages not accounted for")
+	v.HandoffsWithoutOutbox = noOutbox.invariant("handoff acks without an outbox entry")
+	v.HandoffsOpen = open.invariant("handoffs left open")
+	v.LocalRowsWithoutEvidence = rowsAlone.invariant("local rows without evidence")
 	return v
+}
+
+// handedOff sorts a handoff payload the broker acked. The ack promised an
+// operation with an outbox entry; what follows is the relay's: the effect
+// confirmed by the downstream, the operation parked or terminal with a dead
+// letter, each with a reason, and nothing still open after the drain.
+func handedOff(v *Verdict, it Intent, op LedgerOp, byKey map[string][]Effect, noEffect, lost, noOutbox, open findings) {
+	if !op.HandedOff || !op.Outbox {
+		noOutbox.add("intent "+it.name(), "%s acked, and ledger %s (%s) has handed_off=%t, outbox entry=%t",
+			it.name(), op.ID, op.State, op.HandedOff, op.Outbox)
+		return
+	}
+	switch {
+	case slices.Contains(confirmedStates, op.State):
+		if !appliedFor(byKey[op.Route+" "+op.IdempotencyKey], op.ResultID, it.BodySHA256) {
+			noEffect.add("intent "+it.name(), "%s: handed off, ledger %s is %s with result %q, which the downstream never applied for this payload",
+				it.name(), op.ID, op.State, op.ResultID)
+			return
+		}
+		v.HandedOffConfirmed++
+	case slices.Contains(pendingStates, op.State):
+		v.HandedOffOpen++
+		open.add("intent "+it.name(), "%s: handed off, ledger %s is still %s after the relay's drain", it.name(), op.ID, op.State)
+	case op.Reason == "":
+		lost.add("intent "+it.name(), "%s: handed off, ledger %s is %s without a reason", it.name(), op.ID, op.State)
+	case op.State == "effect_indeterminate":
+		v.HandedOffParked++
+	case op.State == "terminal_failure" && op.DeadLetter != "":
+		v.HandedOffTerminal++
+	case op.State == "terminal_failure":
+		lost.add("intent "+it.name(), "%s: handed off and acked, ledger %s is terminal without a dead letter", it.name(), op.ID)
+	default:
+		lost.add("intent "+it.name(), "%s: handed off, ledger %s is in state %q", it.name(), op.ID, op.State)
+	}
 }
 
 // appliedFor reports whether one of a key's effects carries the result id and

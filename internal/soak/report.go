@@ -15,7 +15,7 @@ func (r *Report) Print(w io.Writer) {
 	line := func(label string, format string, args ...any) {
 		fmt.Fprintf(w, "  %-36s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(w, "ackgate soak: %d messages (+%d reusing a key with a changed payload), routes idempotent/lookup/unsafe, 2 gateways, seed %d\n",
+	fmt.Fprintf(w, "ackgate soak: %d messages (+%d reusing a key with a changed payload), routes idempotent/lookup/unsafe/handoff/local, 2 gateways, seed %d\n",
 		r.Messages, r.Reused, c.Seed)
 	fmt.Fprintf(w, "duration %s (publication %s at %.0f messages/s)\n", r.Total.Round(time.Second), r.Publish.Round(time.Second), c.Rate)
 
@@ -72,6 +72,16 @@ func (r *Report) Print(w io.Writer) {
 	line("lane: pending", "%d", v.Pending)
 	line("confirmed, ack never reached broker", "%d", v.ConfirmedUnacked)
 	line("ledger records without a message", "%d", v.Orphans)
+	fmt.Fprintln(w, "handoff (acked at the handoff; then the relay)")
+	line("confirmed by the downstream", "%d", v.HandedOffConfirmed)
+	line("parked: indeterminate", "%d", v.HandedOffParked)
+	line("terminal, dead-lettered", "%d", v.HandedOffTerminal)
+	line("still open after the drain", "%d", v.HandedOffOpen)
+	line("outbox entries not emptied", "%d (parked %d, terminal %d, confirmed awaiting the sweep %d, open %d)",
+		v.OutboxParked+v.OutboxTerminal+v.OutboxConfirmed+v.OutboxOpen, v.OutboxParked, v.OutboxTerminal, v.OutboxConfirmed, v.OutboxOpen)
+	fmt.Fprintln(w, "local (statement in the ledger's transaction)")
+	line("acked, one row committed with it", "%d (of the acked with evidence)", v.LocalCommitted)
+	line("rows in the local table", "%d", v.LocalRows)
 
 	fmt.Fprintln(w, "invariants (each must be 0)")
 	for _, inv := range v.Invariants() {

@@ -8,8 +8,9 @@
 // injects faults and keeps its own record of every effect (faultydown).
 // While messages flow, the run SIGKILLs and restarts each gateway, restarts
 // Redis with its data lost and, with a private cluster, crashes and restarts
-// Postgres. It uses only the gateway binary, its routes file and the ledger's
-// tables, so it measures the product as deployed, not its internals.
+// Postgres. It uses only the gateway binary, its routes file, the ledger's
+// tables and the table the local route writes, so it measures the product
+// as deployed, not its internals.
 //
 // docs/reliability.md explains what a passing run shows and what it does not.
 package soak
@@ -85,10 +86,15 @@ type Config struct {
 	MaxDeliveryAttempts                  int
 
 	Seed uint64
-	// Broken makes the downstream lie, to show the checker catches it.
+	// Broken makes the downstream and the local route's statement lie, to
+	// show the checker catches it.
 	Broken faultydown.Broken
 	// Timeout bounds the whole run.
 	Timeout time.Duration
+	// RelayDrain bounds the wait, once the subscription is done, for the
+	// relay to settle every handed-off operation; what is still open then
+	// is counted as an invariant violation.
+	RelayDrain time.Duration
 	// Progress receives a line per fault and a status line now and then.
 	Progress io.Writer
 }
@@ -103,7 +109,7 @@ func DefaultConfig() Config {
 		Faults:     faultydown.Faults{Status5xx: 0.04, LoseResponse: 0.03, Slow: 0.01, LookupDown: 0.1},
 		PoisonRate: 0.01, ReuseRate: 0.02, DuplicateRate: 0.05, RedeliverAfterAckRate: 0.03,
 		MinBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second, MaxDeliveryAttempts: 20,
-		Seed: 1, Timeout: 30 * time.Minute,
+		Seed: 1, Timeout: 30 * time.Minute, RelayDrain: 2 * time.Minute,
 	}
 }
 
@@ -132,6 +138,8 @@ func (c *Config) validate() error {
 		return errors.New("no gateway binary given")
 	case c.Timeout <= 0:
 		return errors.New("timeout must be positive")
+	case c.RelayDrain < 0:
+		return errors.New("relay drain cannot be negative")
 	}
 	if _, err := os.Stat(c.Gateway); err != nil {
 		return fmt.Errorf("gateway binary: %w (build it with `make build`)", err)
@@ -148,13 +156,77 @@ type route struct {
 	deadLetter string
 }
 
-// The three shapes: a provider that deduplicates by key, one that does not
-// but answers lookups, and one that does neither. The dead-letter policies
-// differ so that both are exercised.
+// Shapes whose evidence is a commit rather than a downstream answer.
+const (
+	shapeHandoff = "handoff"
+	shapeLocal   = "local"
+)
+
+// The five shapes: a provider that deduplicates by key, one that does not
+// but answers lookups, one that does neither; a handoff to the relay, whose
+// provider applies every call and answers lookups, so that a blind resend
+// would show as a second effect; and a statement in the ledger's own
+// database, which has no endpoint. The dead-letter policies differ so that
+// both are exercised; a handoff route can only dead-letter at the gateway,
+// since the broker was acked long before the relay gives up.
 var routes = []route{
 	{"soak-idempotent", "idempotent", faultydown.Endpoint{Name: "idempotent", Dedupe: true}, "gateway"},
 	{"soak-lookup", "lookup", faultydown.Endpoint{Name: "lookup", Lookup: true}, "broker"},
 	{"soak-unsafe", "unsafe", faultydown.Endpoint{Name: "unsafe"}, "gateway"},
+	{"soak-handoff", shapeHandoff, faultydown.Endpoint{Name: "handoff", Lookup: true}, "gateway"},
+	{"soak-local", shapeLocal, faultydown.Endpoint{}, "gateway"},
+}
+
+// localTable is what the local route's statement writes: one row per
+// effect, with the message's data as it came. The idempotency key is
+// deliberately not unique here: the soak measures the gateway, so a second
+// execution must show as a second row rather than be refused by the table.
+// Poisoned messages fail inside the statement: a CHECK refuses the terminal
+// ones (SQLSTATE 23514), and a trigger fails the retryable ones with a
+// serialization failure (40001), every time.
+const localTable = `
+CREATE TABLE IF NOT EXISTS soak_local_effects (
+    id              bigserial PRIMARY KEY,
+    idempotency_key text NOT NULL,
+    operation_id    text NOT NULL,
+    data            bytea NOT NULL,
+    CONSTRAINT soak_local_terminal_poison
+        CHECK (position('"poison":"terminal"' in convert_from(data, 'UTF8')) = 0)
+);
+CREATE INDEX IF NOT EXISTS soak_local_effects_key ON soak_local_effects (idempotency_key);
+CREATE OR REPLACE FUNCTION soak_local_retryable_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF position('"poison":"retryable"' in convert_from(NEW.data, 'UTF8')) > 0 THEN
+        RAISE EXCEPTION 'poisoned: refused, nothing written' USING ERRCODE = '40001';
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS soak_local_retryable_poison ON soak_local_effects;
+CREATE TRIGGER soak_local_retryable_poison BEFORE INSERT ON soak_local_effects
+    FOR EACH ROW EXECUTE FUNCTION soak_local_retryable_poison();
+`
+
+// localSQL is the local route's statement. A broken run breaks it the way
+// it breaks the downstream, so that the checker is seen to notice on the
+// local shape too: double-apply writes two rows per execution, and lie
+// returns a fresh row id without writing anything.
+func localSQL(broken faultydown.Broken) string {
+	switch broken {
+	case faultydown.DoubleApply:
+		return `INSERT INTO soak_local_effects (idempotency_key, operation_id, data) SELECT $1::text, $2::text, $3::bytea FROM generate_series(1, 2) RETURNING id`
+	case faultydown.Lie:
+		return `SELECT nextval(pg_get_serial_sequence('soak_local_effects', 'id')) WHERE $1::text IS NOT NULL AND $2::text IS NOT NULL AND $3::bytea IS NOT NULL`
+	}
+	return `INSERT INTO soak_local_effects (idempotency_key, operation_id, data) VALUES ($1, $2, $3) RETURNING id`
+}
+
+// shapes maps each route to its shape, for the checker.
+func shapes() map[string]string {
+	out := make(map[string]string, len(routes))
+	for _, r := range routes {
+		out[r.name] = r.shape
+	}
+	return out
 }
 
 func subscription(r string) string { return "projects/soak/subscriptions/" + r }
@@ -162,7 +234,7 @@ func subscription(r string) string { return "projects/soak/subscriptions/" + r }
 // routesYAML is the routes file. The effect timeout is well inside the ack
 // deadline, so a slow downstream is given up on and the gateway still
 // answers (nack) before the broker stops waiting.
-func routesYAML(downstream string) string {
+func routesYAML(downstream string, broken faultydown.Broken) string {
 	out := "# Written by the soak (internal/soak) for one run.\nroutes:\n"
 	for _, r := range routes {
 		out += fmt.Sprintf(`  - name: %s
@@ -172,17 +244,35 @@ func routesYAML(downstream string) string {
     fingerprint:
       version: 1
       data: true
-    effect:
+`, r.name, subscription(r.name))
+		if r.shape == shapeLocal {
+			out += fmt.Sprintf(`    shape: local
+    local:
+      sql: %q
+      params: [idempotency_key, operation_id, data_bytes]
+      timeout: 2s
+    max_attempts: 4
+    dead_letter: %s
+    ack_deadline: %s
+`, localSQL(broken), r.deadLetter, AckDeadline)
+			continue
+		}
+		out += fmt.Sprintf(`    effect:
       url: %s/%s/effects
       timeout: 3s
       result_id_header: X-Result-Id
-`, r.name, subscription(r.name), downstream, r.endpoint.Name)
+`, downstream, r.endpoint.Name)
 		if r.endpoint.Lookup {
 			out += fmt.Sprintf("      lookup_url: %s/%s/effects/{key}\n", downstream, r.endpoint.Name)
 		}
 		out += fmt.Sprintf("    shape: %s\n", r.shape)
 		if r.shape == "idempotent" {
 			out += "    dedupe_window: 24h\n"
+		}
+		if r.shape == shapeHandoff {
+			// Quick passes, so that the relay's retries and its attempt
+			// limit play out within a run.
+			out += "    handoff:\n      retry_min: 200ms\n      retry_max: 2s\n"
 		}
 		out += fmt.Sprintf(`    max_attempts: 4
     dead_letter: %s
@@ -302,9 +392,11 @@ func (r *runner) setUp(ctx context.Context) error {
 
 	f := r.cfg.Faults
 	f.SlowDelay = AckDeadline + time.Second
-	eps := make([]faultydown.Endpoint, len(routes))
-	for i, rt := range routes {
-		eps[i] = rt.endpoint
+	var eps []faultydown.Endpoint
+	for _, rt := range routes {
+		if rt.endpoint.Name != "" {
+			eps = append(eps, rt.endpoint)
+		}
 	}
 	r.down = faultydown.New(eps, f, r.cfg.Broken, r.cfg.Seed)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -352,7 +444,7 @@ func (r *runner) setUp(ctx context.Context) error {
 	}
 
 	routesFile := filepath.Join(r.dir, "routes.yaml")
-	if err := os.WriteFile(routesFile, []byte(routesYAML(r.downURL)), 0o644); err != nil {
+	if err := os.WriteFile(routesFile, []byte(routesYAML(r.downURL, r.cfg.Broken)), 0o644); err != nil {
 		return err
 	}
 	settings := map[string]string{
@@ -362,8 +454,14 @@ func (r *runner) setUp(ctx context.Context) error {
 		"GATEWAY_ADMIN_TOKEN":      "soak-admin-token-0123456789",
 		"GATEWAY_SHUTDOWN_TIMEOUT": "15s",
 		"GATEWAY_LOG_LEVEL":        "warn",
+		// The relay looks for due outbox entries often, so that handoffs
+		// settle within a run rather than within the default's pace.
+		"GATEWAY_RELAY_POLL": "100ms",
 	}
 	if err := runGateway(ctx, r.cfg.Gateway, gatewayEnv(settings), "migrate"); err != nil {
+		return err
+	}
+	if err := createLocalTable(ctx, r.dbURL); err != nil {
 		return err
 	}
 	for i := range 2 {
@@ -556,12 +654,52 @@ func (r *runner) drive(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("run did not finish: %w", err)
 	}
+	r.drainRelay(ctx)
 	for i, h := range r.handles {
 		out := r.sim.Outcome(h)
 		r.intents[i].Acked, r.intents[i].DeadLettered = out.Acked, out.DeadLettered
 	}
 	r.report.Broker = r.sim.Stats()
 	return nil
+}
+
+// drainRelay waits, with the gateways still running, until no handed-off
+// operation is open: each is confirmed, parked or terminal. The broker was
+// acked at the handoff, so the subscription being done says nothing of the
+// relay's progress.
+func (r *runner) drainRelay(ctx context.Context) {
+	if r.cfg.RelayDrain <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RelayDrain)
+	defer cancel()
+	last := -1
+	for {
+		n, err := openHandoffs(ctx, r.dbURL)
+		switch {
+		case err == nil && n == 0:
+			r.progress("relay drained: no handed-off operation is open")
+			return
+		case err == nil && n != last:
+			r.progress("waiting for the relay: %d handed-off operations open", n)
+			last = n
+		}
+		select {
+		case <-ctx.Done():
+			r.progress("relay not drained after %s: %d handed-off operations open", r.cfg.RelayDrain, last)
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func localRoute() string {
+	for _, rt := range routes {
+		if rt.shape == shapeLocal {
+			return rt.name
+		}
+	}
+	return ""
 }
 
 func (r *runner) statusLines(ctx context.Context, published *atomic.Int64, total int) (stop func()) {
@@ -641,11 +779,17 @@ func (r *runner) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	in := Inputs{Intents: r.intents, Ops: ops, TraceOps: traces}
+	rows, err := readLocalRows(ctx, r.dbURL, localRoute())
+	if err != nil {
+		return err
+	}
+	in := Inputs{Intents: r.intents, Ops: ops, TraceOps: traces, Shapes: shapes(), LocalRows: rows}
 	r.report.Downstream = r.down.Records()
 	byEndpoint := map[string]string{}
 	for _, rt := range routes {
-		byEndpoint[rt.endpoint.Name] = rt.name
+		if rt.endpoint.Name != "" {
+			byEndpoint[rt.endpoint.Name] = rt.name
+		}
 	}
 	for _, rec := range r.report.Downstream {
 		name := byEndpoint[rec.Endpoint.Name]

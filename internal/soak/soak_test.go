@@ -56,9 +56,16 @@ func TestShortSoak(t *testing.T) {
 			kills, rep.RedisRestarts, rep.PostgresRestarts)
 	}
 	v := rep.Verdict
-	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked
+	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked +
+		v.HandedOffConfirmed + v.HandedOffParked + v.HandedOffTerminal + v.HandedOffOpen
 	if accounted != rep.Messages+rep.Reused || v.AckedWithEvidence == 0 || rep.Messages != cfg.Messages {
 		t.Fatalf("accounted for %d of %d payloads (%d acked with evidence)", accounted, rep.Messages+rep.Reused, v.AckedWithEvidence)
+	}
+	// Both commit shapes did their work: handoffs the relay confirmed, and
+	// local rows committed with their evidence.
+	if v.HandedOffConfirmed == 0 || v.LocalCommitted == 0 || v.LocalRows < v.LocalCommitted {
+		t.Fatalf("handoffs confirmed %d, local payloads committed %d with %d rows: the new shapes proved nothing",
+			v.HandedOffConfirmed, v.LocalCommitted, v.LocalRows)
 	}
 	injected := 0
 	for _, rec := range rep.Downstream {
