@@ -35,7 +35,9 @@ type AfterAnswer struct {
 	cancel  context.CancelFunc
 	workers sync.WaitGroup
 
-	queued, inline atomic.Int64
+	queued, inline, batches atomic.Int64
+	// pending counts results queued and not yet done.
+	pending atomic.Int64
 }
 
 type afterJob struct {
@@ -97,6 +99,7 @@ func (a *AfterAnswer) Finish(ctx context.Context, res *Result, sent bool) {
 	if !a.closed {
 		select {
 		case a.jobs <- afterJob{res: res, sent: sent}:
+			a.pending.Add(1)
 			a.mu.RUnlock()
 			a.queued.Add(1)
 			return
@@ -108,9 +111,15 @@ func (a *AfterAnswer) Finish(ctx context.Context, res *Result, sent bool) {
 	res.Finish(ctx, a.log, sent)
 }
 
-// Counts says how many results were queued and how many ran on their
-// caller because the queue was full or closed.
-func (a *AfterAnswer) Counts() (queued, inline int64) { return a.queued.Load(), a.inline.Load() }
+// Counts says how many results were queued, how many ran on their caller
+// because the queue was full or closed, and how many batches the queued
+// ones went in.
+func (a *AfterAnswer) Counts() (queued, inline, batches int64) {
+	return a.queued.Load(), a.inline.Load(), a.batches.Load()
+}
+
+// Pending is how many queued results' work is not done yet.
+func (a *AfterAnswer) Pending() int64 { return a.pending.Load() }
 
 // Close stops taking work (later Finish calls run on their caller) and
 // waits until the queued work is done or ctx ends. At ctx's end the running
@@ -172,6 +181,8 @@ func (a *AfterAnswer) work() {
 func (a *AfterAnswer) run(batch []afterJob) {
 	ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
 	defer cancel()
+	defer a.pending.Add(-int64(len(batch)))
+	a.batches.Add(1)
 	var (
 		wg     sync.WaitGroup
 		leases []Lease
