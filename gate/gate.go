@@ -215,9 +215,9 @@ func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
 	rec.Decision, rec.Reason, rec.Anomaly = p.Answer, res.Reason, p.Anomaly
 	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
 	if len(p.AfterSent) > 0 {
-		id, from, fence := op.ID, op.State, op.Fence
+		id, from, fence, route, path, reason := op.ID, op.State, op.Fence, d.route, p.AfterSent, ackReason(d)
 		res.whenSent(func(ctx context.Context) error {
-			return g.markAcknowledged(ctx, d.route, id, from, fence, p.AfterSent, ackReason(d))
+			return g.markAcknowledged(ctx, route, id, from, fence, path, reason)
 		})
 	}
 	return res
