@@ -97,13 +97,16 @@ func (a *AfterAnswer) Finish(ctx context.Context, res *Result, sent bool) {
 	}
 	a.mu.RLock()
 	if !a.closed {
+		// Counted before the send, so Pending never reads zero while the
+		// result is queued.
+		a.pending.Add(1)
 		select {
 		case a.jobs <- afterJob{res: res, sent: sent}:
-			a.pending.Add(1)
 			a.mu.RUnlock()
 			a.queued.Add(1)
 			return
 		default:
+			a.pending.Add(-1)
 		}
 	}
 	a.mu.RUnlock()
@@ -123,8 +126,9 @@ func (a *AfterAnswer) Pending() int64 { return a.pending.Load() }
 
 // Close stops taking work (later Finish calls run on their caller) and
 // waits until the queued work is done or ctx ends. At ctx's end the running
-// batches are cancelled and what is still queued is left undone; the error
-// says how much. Close may be called more than once.
+// batches are cancelled (a change already handed to the ledger's group
+// commit still gets its answer first) and what is still queued is left
+// undone; the error says how much. Close may be called more than once.
 func (a *AfterAnswer) Close(ctx context.Context) error {
 	a.mu.Lock()
 	if !a.closed {
