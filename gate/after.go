@@ -149,10 +149,8 @@ func (a *AfterAnswer) Close(ctx context.Context) error {
 	}
 	a.cancel()
 	<-done
-	if left := len(a.jobs); left > 0 {
-		return fmt.Errorf("gate: %d deliveries' post-response work left undone at shutdown: %w", left, ctx.Err())
-	}
-	return nil
+	return fmt.Errorf("gate: post-response work cut short (running batches cancelled, %d queued results left undone): %w",
+		len(a.jobs), ctx.Err())
 }
 
 func (a *AfterAnswer) work() {
