@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -38,26 +37,48 @@ type Result struct {
 	Reason      string
 	OperationID string
 	State       State
-	// finish is the work that follows the response: recording deliveries that
-	// changed nothing, releasing the lease. onSent runs only when the ack was
-	// written out: marking the operation acknowledged. Both are kept off the
-	// path to the ack so it costs only what evidence needs.
-	finish []func(ctx context.Context) error
-	onSent []func(ctx context.Context) error
+	// finish is the ledger work that follows the response: recording
+	// deliveries that changed nothing. onSent runs only when the ack was
+	// written out: marking the operation acknowledged. release is the lease
+	// to drop once both are done. All of it is kept off the path to the ack
+	// so the ack costs only what evidence needs.
+	finish  []func(ctx context.Context) error
+	onSent  []func(ctx context.Context) error
+	release []Lease
+	leases  Reservations
 }
 
-// Finish runs the post-response work. Call it after the broker's response has
-// been written, with sent saying whether writing it succeeded; failures are
-// logged, never turned into a different answer.
+// Finish runs the post-response work on the caller. Call it after the
+// broker's response has been written, with sent saying whether writing it
+// succeeded; failures are logged, never turned into a different answer.
+// AfterAnswer runs the same work in the background, batched.
 func (r *Result) Finish(ctx context.Context, log *slog.Logger, sent bool) {
-	run := r.finish
-	if sent {
-		run = append(slices.Clone(r.onSent), run...)
+	r.ledgerWork(ctx, log, sent)
+	if len(r.release) > 0 {
+		r.logFailure(ctx, log, r.leases.ReleaseAll(ctx, r.release))
 	}
-	for _, f := range run {
-		if err := f(ctx); err != nil && log != nil {
-			log.WarnContext(ctx, "post-ack bookkeeping failed", "operation_id", r.OperationID, "err", err)
+}
+
+// ledgerWork runs the ledger half of the post-response work: the ack mark
+// first (only when sent), then the delivery records.
+func (r *Result) ledgerWork(ctx context.Context, log *slog.Logger, sent bool) {
+	if sent {
+		for _, f := range r.onSent {
+			r.logFailure(ctx, log, f(ctx))
 		}
+	}
+	for _, f := range r.finish {
+		r.logFailure(ctx, log, f(ctx))
+	}
+}
+
+func (r *Result) hasLedgerWork(sent bool) bool {
+	return len(r.finish) > 0 || (sent && len(r.onSent) > 0)
+}
+
+func (r *Result) logFailure(ctx context.Context, log *slog.Logger, err error) {
+	if err != nil && log != nil {
+		log.WarnContext(ctx, "post-ack bookkeeping failed", "operation_id", r.OperationID, "err", err)
 	}
 }
 
@@ -65,6 +86,12 @@ func (r *Result) then(f func(ctx context.Context) error) { r.finish = append(r.f
 
 // whenSent registers work that may only follow an ack that reached the wire.
 func (r *Result) whenSent(f func(ctx context.Context) error) { r.onSent = append(r.onSent, f) }
+
+// releaseAfter registers the lease to drop after the response, once the
+// ledger work is done.
+func (r *Result) releaseAfter(rs Reservations, l Lease) {
+	r.release, r.leases = append(r.release, l), rs
+}
 
 // InfraError marks a failure of the gateway's own dependencies (ledger,
 // reservation store). Its answer is always a nack: evidence we cannot read or
@@ -188,9 +215,9 @@ func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
 	rec.Decision, rec.Reason, rec.Anomaly = p.Answer, res.Reason, p.Anomaly
 	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
 	if len(p.AfterSent) > 0 {
-		id, from, fence := op.ID, op.State, op.Fence
+		id, from, fence, route, path, reason := op.ID, op.State, op.Fence, d.route, p.AfterSent, ackReason(d)
 		res.whenSent(func(ctx context.Context) error {
-			return g.markAcknowledged(ctx, d.route, id, from, fence, p.AfterSent, ackReason(d))
+			return g.markAcknowledged(ctx, route, id, from, fence, path, reason)
 		})
 	}
 	return res
@@ -289,7 +316,7 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan)
 	}
 	o := &owned{g: g, d: d, op: op, lease: lease, firstExpiry: lease.Expires}
 	res, err := o.run(ctx, p)
-	res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, o.lease) })
+	res.releaseAfter(g.Reservations, o.lease)
 	return res, err
 }
 
@@ -299,7 +326,7 @@ func (g *Gate) holdLease(ctx context.Context, d *delivery, op *Operation, lease 
 	res := g.answer(d, op, h)
 	if ttl := h.HoldUntil.Sub(g.Now()); ttl >= time.Millisecond {
 		if _, err := g.Reservations.Renew(ctx, lease, ttl); err != nil {
-			res.then(func(ctx context.Context) error { return g.Reservations.Release(ctx, lease) })
+			res.releaseAfter(g.Reservations, lease)
 		}
 	}
 	return res

@@ -340,8 +340,8 @@ func (o *owned) refused(err error) (*Result, error) {
 	switch {
 	case o.claimed:
 		a := &Answer{Owner: o.lease.Owner, Decision: Nack, Reason: res.Reason}
-		id := o.op.ID
-		res.then(func(ctx context.Context) error { return o.g.Ledger.AnswerDelivery(ctx, id, a) })
+		id, ledger := o.op.ID, o.g.Ledger
+		res.then(func(ctx context.Context) error { return ledger.AnswerDelivery(ctx, id, a) })
 	case o.d.rec != nil:
 		// The refused claim carried this delivery's record, so nothing of
 		// it was written: record it now, as any delivery that changed
@@ -349,19 +349,22 @@ func (o *owned) refused(err error) (*Result, error) {
 		// which is logged).
 		rec := *o.d.rec
 		rec.Decision, rec.Reason = Nack, res.Reason
-		res.then(func(ctx context.Context) error { return o.g.Ledger.RecordDelivery(ctx, &rec) })
+		ledger := o.g.Ledger
+		res.then(func(ctx context.Context) error { return ledger.RecordDelivery(ctx, &rec) })
 	}
 	return res, ierr
 }
 
 // answered is the result of a committed plan; an ack also marks the
-// operation acknowledged once the response is out.
+// operation acknowledged once the response is out. The post-response work
+// keeps only the values it needs, not the delivery, so a result waiting in
+// the after-answer queue does not hold the message and its decoded body.
 func (o *owned) answered(p Plan) *Result {
 	res := &Result{Decision: p.Answer, Reason: o.op.Reason, OperationID: o.op.ID, State: o.op.State}
 	if len(p.AfterSent) > 0 {
-		id, from, fence, route := o.op.ID, o.op.State, o.lease.Fence, o.route()
+		g, id, from, fence, route, path, reason := o.g, o.op.ID, o.op.State, o.lease.Fence, o.route(), p.AfterSent, ackReason(o.d)
 		res.whenSent(func(ctx context.Context) error {
-			return o.g.markAcknowledged(ctx, route, id, from, fence, p.AfterSent, ackReason(o.d))
+			return g.markAcknowledged(ctx, route, id, from, fence, path, reason)
 		})
 	}
 	return res

@@ -63,6 +63,10 @@ type Reservations interface {
 	Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
 	// Release drops the lease only if owner still holds it.
 	Release(ctx context.Context, l Lease) error
+	// ReleaseAll releases every lease in ls as Release does, each only if
+	// its owner still holds it, in as few round trips as the store allows:
+	// the after-answer queue releases a batch of deliveries' leases at once.
+	ReleaseAll(ctx context.Context, ls []Lease) error
 }
 
 // Effects performs the downstream call and the lookup.

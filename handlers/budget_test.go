@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -22,7 +23,9 @@ import (
 // pg_stat_database.xact_commit for the gateway's database, and Redis
 // top-level commands seen by MONITOR. A new operation may cost one read plus
 // two commits and one Redis round trip before its ack; a redelivery of a
-// confirmed operation one read and nothing else.
+// confirmed operation one read and nothing else. After the ack, the
+// background queue (gate.AfterAnswer) marks a batch of acks in the ledger's
+// shared commits and releases the batch's leases in one Redis command.
 func TestRoundTripBudget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -159,6 +162,51 @@ func TestRoundTripBudget(t *testing.T) {
 	againTx, againRedis := phase(func() { res = deliver("m-new") })
 	againRows := lastRows
 
+	// The gateway runs that work in the background, in batches: the ack
+	// marks of a batch share the ledger's commits and its leases go in one
+	// Redis command. How the queued results fall into batches and commits
+	// depends on timing, so the budget is stated per batch and per commit.
+	const k = 8
+	batch := make([]*gate.Result, k)
+	phase(func() {
+		for i := range batch {
+			batch[i] = deliver(fmt.Sprintf("m-batch-%d", i))
+		}
+	})
+	var (
+		after            *gate.AfterAnswer
+		commits, batches int64
+		queued, inline   int64
+	)
+	batchTx, batchRedis := phase(func() {
+		after = gate.NewAfterAnswer(g.Reservations, nil, gate.AfterAnswerOptions{})
+		before, _ := g.Ledger.(*storage.Ledger).GroupCommitStats()
+		for _, r := range batch {
+			after.Finish(ctx, r, true)
+		}
+		if err := after.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now, _ := g.Ledger.(*storage.Ledger).GroupCommitStats()
+		commits = int64(now - before)
+		queued, inline, batches = after.Counts()
+	})
+	batchRows := lastRows
+	t.Logf("after the ack, %d results through the background queue: %d batches, %d shared commits, "+
+		"%d Postgres transactions, %d Redis commands; rows %+v", k, batches, commits, batchTx, batchRedis, batchRows)
+	if queued != k || inline != 0 {
+		t.Errorf("queued %d, inline %d; want all %d queued", queued, inline, k)
+	}
+	if batchTx != commits || commits < 1 || commits > k {
+		t.Errorf("%d transactions for %d shared commits of %d ack marks; budget: one per shared commit", batchTx, commits, k)
+	}
+	if int64(batchRedis) != batches || batches < 1 || batches > k {
+		t.Errorf("%d Redis commands for %d batches; budget: one lease release command per batch", batchRedis, batches)
+	}
+	if batchRows != (rowCounts{k, k}) {
+		t.Errorf("operations row writes and log entries after %d acks: %+v, want {%d %d}", k, batchRows, k, k)
+	}
+
 	t.Logf("new operation before its ack: %d Postgres transactions (1 read + commits), %d Redis commands", newTx, newRedis)
 	t.Logf("after the ack (ack recorded, lease released): %d Postgres transactions, %d Redis commands", postTx, postRedis)
 	t.Logf("redelivery of a confirmed operation before its ack: %d Postgres transactions, %d Redis commands", againTx, againRedis)
@@ -175,11 +223,14 @@ func TestRoundTripBudget(t *testing.T) {
 		t.Errorf("operations row writes and log entries: new %+v, want {2 5}; after the ack %+v, want {1 1}; "+
 			"redelivery %+v, want none", newRows, postRows, againRows)
 	}
+	if postTx != 1 || postRedis != 1 {
+		t.Errorf("after the ack, on the delivery's goroutine: %d transactions and %d Redis commands; budget: 1 commit, 1 release", postTx, postRedis)
+	}
 	if againTx != 1 || againRedis != 0 {
 		t.Errorf("redelivery cost %d transactions and %d Redis commands; budget: 1 read, nothing else", againTx, againRedis)
 	}
-	if down.effectCalls.Load() != 2 {
-		t.Errorf("downstream calls = %d, want 2 (warm-up and m-new)", down.effectCalls.Load())
+	if down.effectCalls.Load() != 2+k {
+		t.Errorf("downstream calls = %d, want %d (warm-up, m-new and the batch)", down.effectCalls.Load(), 2+k)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,7 +211,15 @@ type env struct {
 	tel    *telemetry.Telemetry
 	spans  *tracetest.InMemoryExporter
 	logs   *testenv.SyncBuffer
+	// returned holds, per request a test numbered (settleHeader), a channel
+	// closed when its handler has returned, so settle knows the delivery
+	// has handed over its post-response work.
+	returned sync.Map
+	requests atomic.Int64
 }
+
+// settleHeader numbers a test's request for settle.
+const settleHeader = "X-Test-Request"
 
 const adminToken = "test-admin-token-0123456789"
 
@@ -312,7 +321,13 @@ func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]
 	}
 	t.Cleanup(gw.Close)
 	e.gw, e.pool, e.ledger, e.rdb, e.gate = gw, gw.Pool, gw.Ledger, gw.Redis, gw.Gate
-	e.ingest = httptest.NewServer(gw.Ingest)
+	e.ingest = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := r.Header.Get(settleHeader); n != "" {
+			done, _ := e.returned.LoadOrStore(n, make(chan struct{}))
+			defer close(done.(chan struct{}))
+		}
+		gw.Ingest.ServeHTTP(w, r)
+	}))
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(gw.Admin)
 	t.Cleanup(e.admin.Close)
@@ -348,14 +363,44 @@ type reply struct {
 	Raw    string
 }
 
+// settle waits until request n's handler has returned and the work queued
+// after the answers so far is done (ack marks, lease releases), which runs
+// in the background: a broker's redelivery comes later than a test's next
+// line, so a push returns once its delivery's bookkeeping is done.
+func (e *env) settle(n string) {
+	e.t.Helper()
+	done, _ := e.returned.LoadOrStore(n, make(chan struct{}))
+	defer e.returned.Delete(n)
+	deadline := time.Now().Add(30 * time.Second)
+	select {
+	case <-done.(chan struct{}):
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("request %s's handler has not returned after 30s", n)
+	}
+	for e.gw.After.Pending() > 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("post-response work not done after 30s: %d results queued", e.gw.After.Pending())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (e *env) pushRaw(route string, body []byte) reply {
 	e.t.Helper()
-	resp, err := http.Post(e.ingest.URL+"/v1/push/pubsub/"+route, "application/json", bytes.NewReader(body))
+	n := strconv.FormatInt(e.requests.Add(1), 10)
+	req, err := http.NewRequest(http.MethodPost, e.ingest.URL+"/v1/push/pubsub/"+route, bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(settleHeader, n)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatalf("push: %v", err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	e.settle(n)
 	r := reply{Status: resp.StatusCode, Raw: string(raw)}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &r.Body); err != nil {

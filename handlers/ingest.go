@@ -25,6 +25,11 @@ type Deliverer interface {
 	Deliver(ctx context.Context, route *gate.Route, msg *gate.Message) (*gate.Result, error)
 }
 
+// Afterward takes a result's post-response work once the response is out.
+type Afterward interface {
+	Finish(ctx context.Context, res *gate.Result, sent bool)
+}
+
 // IngestOptions wires the ingest listener.
 type IngestOptions struct {
 	Gate   Deliverer
@@ -34,8 +39,12 @@ type IngestOptions struct {
 	// Ready reports whether the dependencies answer and the schema is current.
 	Ready  func(ctx context.Context) error
 	Logger *slog.Logger
-	// FinishTimeout bounds post-ack bookkeeping per delivery.
+	// FinishTimeout bounds post-ack bookkeeping per delivery when it runs
+	// on the delivery's own goroutine.
 	FinishTimeout time.Duration
+	// After, when set, takes the post-ack bookkeeping off the delivery's
+	// goroutine (gate.AfterAnswer); nil runs it there, after the response.
+	After Afterward
 	// Tracer, Propagators and Metrics are optional: the delivery's server
 	// span, where its parent comes from, and the count of statuses returned.
 	Tracer      trace.Tracer
@@ -197,6 +206,10 @@ func (o *IngestOptions) deliver(ctx context.Context, w http.ResponseWriter, span
 		// The response is out; what follows cannot change it.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.FinishTimeout)
 		defer cancel()
+		if o.After != nil {
+			o.After.Finish(fctx, res, sent)
+			return
+		}
 		res.Finish(fctx, o.Logger, sent)
 	}
 }

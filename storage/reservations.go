@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -157,6 +158,71 @@ func (r *Reservations) Renew(ctx context.Context, l gate.Lease, ttl time.Duratio
 func (r *Reservations) Release(ctx context.Context, l gate.Lease) error {
 	if err := releaseScript.Run(ctx, r.c, []string{leaseKey(l.Key)}, leaseValue(l)).Err(); err != nil {
 		return fmt.Errorf("storage: release %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// releaseAllScript is releaseScript over many leases: KEYS[i] is dropped
+// only while it still holds ARGV[i], the owner:fence of the lease released.
+var releaseAllScript = redis.NewScript(`
+local n = 0
+for i, k in ipairs(KEYS) do
+	if redis.call('GET', k) == ARGV[i] then
+		n = n + redis.call('DEL', k)
+	end
+end
+return n
+`)
+
+// maxReleaseKeys bounds the keys of one releaseAllScript call, so one call
+// never keeps the server busy for long.
+const maxReleaseKeys = 256
+
+// ReleaseAll releases each of ls as Release does, each still conditional
+// on its owner:fence. On a standalone or Sentinel server that is one
+// script call per maxReleaseKeys leases, so a batch costs one round trip
+// and one command; a Cluster spreads the keys over slots a single script
+// may not span, so there each lease gets its own script call, pipelined.
+func (r *Reservations) ReleaseAll(ctx context.Context, ls []gate.Lease) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	script, size := releaseAllScript, maxReleaseKeys
+	if _, cluster := r.c.(*redis.ClusterClient); cluster {
+		script, size = releaseScript, 1
+	}
+	type call struct {
+		keys []string
+		vals []any
+	}
+	var calls []call
+	for chunk := range slices.Chunk(ls, size) {
+		c := call{keys: make([]string, len(chunk)), vals: make([]any, len(chunk))}
+		for i, l := range chunk {
+			c.keys[i], c.vals[i] = leaseKey(l.Key), leaseValue(l)
+		}
+		calls = append(calls, c)
+	}
+	send := func(byBody bool) error {
+		pipe := r.c.Pipeline()
+		for _, c := range calls {
+			if byBody {
+				script.Eval(ctx, pipe, c.keys, c.vals...)
+			} else {
+				script.EvalSha(ctx, pipe, c.keys, c.vals...)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := send(false)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The server lost its script cache (a restart): the body goes once
+		// more, which caches it again.
+		err = send(true)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: release %d reservations: %w", len(ls), err)
 	}
 	return nil
 }

@@ -267,3 +267,64 @@ func TestFenceCounterExpiresAndIsForgotten(t *testing.T) {
 		t.Fatalf("forget of nothing: %v", err)
 	}
 }
+
+// A batch of releases is one command however many leases it holds, each
+// still conditional on its owner:fence; and it survives the server losing
+// its script cache (a restart), by sending the script's body again.
+func TestReleaseAllIsOneCommand(t *testing.T) {
+	t.Parallel()
+	r, c, addr := newReservations(t)
+	ctx := context.Background()
+	commands := testenv.CountRedisCommands(t, addr)
+	take := func(prefix string, n int) []gate.Lease {
+		out := make([]gate.Lease, n)
+		for i := range out {
+			l, err := r.Acquire(ctx, fmt.Sprintf("%s_%d", prefix, i), "owner", time.Minute, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = l
+		}
+		return out
+	}
+	if err := r.ReleaseAll(ctx, take("op_warm", 1)); err != nil {
+		t.Fatal(err)
+	}
+	leases := take("op_batch", 40)
+	// One of them passed to a newer owner before the batch: it stays.
+	if err := r.Release(ctx, leases[7]); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := r.Acquire(ctx, "op_batch_7", "newer", time.Minute, leases[7].Fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := commands()
+	if err := r.ReleaseAll(ctx, leases); err != nil {
+		t.Fatal(err)
+	}
+	if got := commands() - before; got != 1 {
+		t.Fatalf("ReleaseAll of %d leases sent %d commands, want 1", len(leases), got)
+	}
+	left, err := c.Keys(ctx, "ackgate:{op_batch_*}:lease").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "ackgate:{op_batch_7}:lease" {
+		t.Fatalf("lease keys left after the batch: %v, want only op_batch_7's", left)
+	}
+	if _, err := r.Renew(ctx, newer, time.Minute); err != nil {
+		t.Fatalf("the newer owner's lease: %v", err)
+	}
+
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	again := take("op_again", 3)
+	if err := r.ReleaseAll(ctx, again); err != nil {
+		t.Fatalf("ReleaseAll after the script cache was flushed: %v", err)
+	}
+	if left, err := c.Keys(ctx, "ackgate:{op_again_*}:lease").Result(); err != nil || len(left) != 0 {
+		t.Fatalf("lease keys left after the flushed-cache batch: %v, %v", left, err)
+	}
+}

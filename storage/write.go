@@ -19,12 +19,16 @@ import (
 //
 // A commit costs a WAL flush, and on a busy ledger the flushes, not the
 // statements, bound throughput. So concurrent deliveries' writes share one:
-// each Write queues its change, and whichever caller finds no flusher
-// running (or fewer than maxFlushers) takes everything queued so far, up to
-// maxBatch, to the server as one statement in one implicit transaction, and
-// hands each caller its own answer. Nothing waits on a timer: a change that
-// arrives while a batch is on the wire simply rides the next one, so under
-// load batches grow by themselves and a lone delivery pays no added latency.
+// each Write queues its change, and a caller that finds fewer than
+// maxFlushers running starts one: a goroutine of the ledger's own that takes
+// everything queued so far, up to maxBatch, to the server as one statement
+// in one implicit transaction, hands each caller its own answer, and goes on
+// until the queue is empty. Nothing waits on a timer: a change that arrives
+// while a batch is on the wire simply rides the next one, so under load
+// batches grow by themselves and a lone delivery pays only a goroutine
+// handoff. The flushers are the ledger's rather than a caller's so that no
+// delivery's goroutine runs other deliveries' batches on its stack, which
+// would grow that stack for the rest of its life.
 //
 // Each change runs inside ackgate_write's own subtransaction and answers
 // with a word rather than raising: a fenced or refused change takes back only
@@ -67,23 +71,21 @@ func (l *Ledger) write(ctx context.Context, id string, wire []byte) error {
 	c := &l.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
-	lead := c.flushers < maxFlushers
-	if lead {
+	start := c.flushers < maxFlushers
+	if start {
 		c.flushers++
 	}
 	c.mu.Unlock()
-	if lead {
-		l.flush(p)
+	if start {
+		go l.flush()
 	}
 	// Once queued, a change may commit whatever the caller's context says
 	// afterwards, so the caller waits for the answer that tells it so.
 	return <-p.done
 }
 
-// flush sends batches until mine is answered; if work is still queued then,
-// it hands its place to a new flusher rather than keep its own caller
-// waiting on other deliveries' commits.
-func (l *Ledger) flush(mine *pending) {
+// flush sends batches until the queue is empty.
+func (l *Ledger) flush() {
 	c := &l.commit
 	for {
 		c.mu.Lock()
@@ -91,14 +93,6 @@ func (l *Ledger) flush(mine *pending) {
 			c.flushers--
 			c.mu.Unlock()
 			return
-		}
-		select {
-		case err := <-mine.done:
-			mine.done <- err
-			c.mu.Unlock()
-			go l.flush(&pending{done: make(chan error, 1)})
-			return
-		default:
 		}
 		n := min(len(c.queue), maxBatch)
 		batch := slices.Clone(c.queue[:n])

@@ -131,7 +131,7 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	log.Info("gateway serving", "ingest", ingestLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"routes", len(routes), "instance", s.InstanceID)
 	fmt.Fprintf(stdout, "ingest %s admin %s\n", ingestLn.Addr(), adminLn.Addr())
-	return serveListeners(ctx, s, log, newServer(s, gw.Ingest, log), ingestLn, newServer(s, gw.Admin, log), adminLn)
+	return serveListeners(ctx, s, log, newServer(s, gw.Ingest, log), ingestLn, newServer(s, gw.Admin, log), adminLn, gw.Drain)
 }
 
 // listen opens both listeners, or neither.
@@ -159,8 +159,9 @@ func newServer(s config.Settings, h http.Handler, log *slog.Logger) *http.Server
 }
 
 // serveListeners serves until ctx ends or a listener fails, then shuts both
-// servers down.
-func serveListeners(ctx context.Context, s config.Settings, log *slog.Logger, ingest *http.Server, ingestLn net.Listener, admin *http.Server, adminLn net.Listener) error {
+// servers down and drains the post-response work, all within the shutdown
+// deadline.
+func serveListeners(ctx context.Context, s config.Settings, log *slog.Logger, ingest *http.Server, ingestLn net.Listener, admin *http.Server, adminLn net.Listener, drain func(context.Context) error) error {
 	errc := make(chan error, 2)
 	go func() { errc <- ingest.Serve(ingestLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()
@@ -186,6 +187,12 @@ func serveListeners(ctx context.Context, s config.Settings, log *slog.Logger, in
 	}
 	if aerr := admin.Shutdown(sctx); aerr != nil {
 		admin.Close()
+	}
+	// Every delivery has answered by now, so the queue only shrinks. What
+	// the deadline leaves is left as it is: an unmarked ack stays
+	// ack_pending, an unreleased lease lapses by its TTL.
+	if derr := drain(sctx); derr != nil {
+		log.Warn("post-response work left undone", "err", derr)
 	}
 	return err
 }

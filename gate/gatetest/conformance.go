@@ -533,6 +533,42 @@ var reservationCases = []reservationCase{
 			t.Fatalf("a stale release freed the lease: %v", err)
 		}
 	}},
+	{"a batch release frees its own leases and leaves newer owners' alone", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		mine, err := r.Acquire(ctx, "op_batch_mine", "owner-a", time.Minute, 0)
+		must(t, err)
+		other, err := r.Acquire(ctx, "op_batch_other", "owner-a", time.Minute, 0)
+		must(t, err)
+		// op_batch_taken was released and taken over by a newer owner
+		// before the batch ran: its stale lease must not free the new one.
+		stale, err := r.Acquire(ctx, "op_batch_taken", "owner-a", time.Minute, 0)
+		must(t, err)
+		must(t, r.Release(ctx, stale))
+		newer, err := r.Acquire(ctx, "op_batch_taken", "owner-b", time.Minute, stale.Fence)
+		must(t, err)
+		// The same owner name under a newer fence is another holder too.
+		old, err := r.Acquire(ctx, "op_batch_same", "owner-a", time.Minute, 0)
+		must(t, err)
+		must(t, r.Release(ctx, old))
+		same, err := r.Acquire(ctx, "op_batch_same", "owner-a", time.Minute, old.Fence)
+		must(t, err)
+		must(t, r.ReleaseAll(ctx, nil))
+		must(t, r.ReleaseAll(ctx, []gate.Lease{mine, stale, old, other, {Key: "op_batch_never", Owner: "owner-a", Fence: 1}}))
+		for _, k := range []string{"op_batch_mine", "op_batch_other"} {
+			if _, err := r.Acquire(ctx, k, "owner-c", time.Minute, 0); err != nil {
+				t.Fatalf("%s still held after the batch release: %v", k, err)
+			}
+		}
+		if _, err := r.Acquire(ctx, "op_batch_taken", "owner-c", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("a stale lease in a batch freed the newer owner's: %v", err)
+		}
+		if _, err := r.Renew(ctx, newer, time.Minute); err != nil {
+			t.Fatalf("the newer owner lost its lease to a batch release: %v", err)
+		}
+		if _, err := r.Renew(ctx, same, time.Minute); err != nil {
+			t.Fatalf("the same owner's newer lease was freed by its older one: %v", err)
+		}
+	}},
 	{"the floor raises the fence", func(t *testing.T, h ReservationsHarness) {
 		l, err := h.Reservations.Acquire(context.Background(), "op_floor", "owner-a", time.Minute, 41)
 		if err != nil || l.Fence != 42 || !l.Reset {

@@ -124,6 +124,23 @@ func (r *Reservations) Release(_ context.Context, l gate.Lease) error {
 	return nil
 }
 
+// ReleaseAll implements gate.Reservations: one call for the whole batch, as
+// the Redis adapter makes one round trip.
+func (r *Reservations) ReleaseAll(_ context.Context, ls []gate.Lease) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Calls++
+	if r.Fail != nil {
+		return r.Fail
+	}
+	for _, l := range ls {
+		if held, ok := r.leases[l.Key]; ok && held.Owner == l.Owner && held.Fence == l.Fence {
+			delete(r.leases, l.Key)
+		}
+	}
+	return nil
+}
+
 // Forget drops the fencing counters of keys whose lease is not held now,
 // as the Redis adapter does for operations the retention purge removed.
 func (r *Reservations) Forget(_ context.Context, keys []string) error {

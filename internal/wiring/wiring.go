@@ -41,6 +41,7 @@ var (
 	_ handlers.EvidenceStore   = (*storage.Ledger)(nil)
 	_ handlers.SubscriptionLog = (*storage.Subscriptions)(nil)
 	_ handlers.Deliverer       = (*gate.Gate)(nil)
+	_ handlers.Afterward       = (*gate.AfterAnswer)(nil)
 	_ handlers.PoisonLog       = (*storage.PoisonLog)(nil)
 	_ handlers.PoisonStore     = (*storage.PoisonLog)(nil)
 
@@ -83,7 +84,10 @@ type Gateway struct {
 	// authenticators) can be built around the same gate.
 	IngestOptions handlers.IngestOptions
 
-	Gate          *gate.Gate
+	Gate *gate.Gate
+	// After runs deliveries' post-response work (ack marks, lease
+	// releases) off their connections' goroutines; Drain finishes it.
+	After         *gate.AfterAnswer
 	Ledger        *storage.Ledger
 	Subscriptions *storage.Subscriptions
 	Poison        *storage.PoisonLog
@@ -189,6 +193,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		Owner: s.InstanceID, Now: o.Now, NewToken: token,
 		Tracer: tel.TracerProvider.Tracer(gateTracer), Recorder: tel.Metrics,
 	}
+	g.After = gate.NewAfterAnswer(g.Reservations, log, gate.AfterAnswerOptions{})
 	if err = g.background(s, o.Routes, tel, log, o.Now); err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
 		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
-		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait,
+		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait, After: g.After,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
@@ -235,9 +240,30 @@ func (g *Gateway) Ready(ctx context.Context) error {
 	return nil
 }
 
+// Drain finishes the post-response work queued so far, up to ctx's end;
+// call it once the ingest listener has stopped. Work left at the deadline
+// stays undone, which the evidence allows (see gate.AfterAnswer).
+func (g *Gateway) Drain(ctx context.Context) error {
+	if g.After == nil {
+		return nil
+	}
+	return g.After.Close(ctx)
+}
+
+// drainOnClose bounds the drain Close does for a caller that did not drain.
+const drainOnClose = 5 * time.Second
+
 // Close releases the connections. Call it once the listeners have stopped:
-// deliveries still running would lose their ledger and Redis.
+// deliveries still running would lose their ledger and Redis. Queued
+// post-response work not yet drained gets a short last chance first.
 func (g *Gateway) Close() {
+	if g.After != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), drainOnClose)
+		if err := g.After.Close(ctx); err != nil {
+			slog.Default().Warn("post-response work left undone", "err", err)
+		}
+		cancel()
+	}
 	if g.effects != nil {
 		g.effects.CloseIdleConnections()
 	}
