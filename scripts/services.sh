@@ -131,7 +131,13 @@ psql_admin() {
 
 ensure_role_and_database() {
 	log "postgres: ensuring role $DB_USER and database $DB_NAME"
+	# Two runs starting at once (two checkouts' tests on one machine) would
+	# otherwise update the role's catalogue row together, which Postgres
+	# refuses with "tuple concurrently updated": one transaction, serialized
+	# by an advisory lock.
 	psql_admin -d postgres <<-SQL
+		BEGIN;
+		DO \$\$ BEGIN PERFORM pg_advisory_xact_lock(hashtext('ackgate services.sh')); END \$\$;
 		DO \$\$
 		BEGIN
 		  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$DB_USER') THEN
@@ -149,10 +155,18 @@ ensure_role_and_database() {
 		  END IF;
 		END
 		\$\$;
+		COMMIT;
 	SQL
-	if [[ -z $(psql_admin -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'") ]]; then
-		psql_admin -d postgres -c "CREATE DATABASE $DB_NAME OWNER $DB_USER"
+	# CREATE DATABASE cannot run inside a transaction; when another run
+	# creates it first, its existence is what counts.
+	if ! database_exists; then
+		psql_admin -d postgres -c "CREATE DATABASE $DB_NAME OWNER $DB_USER" || database_exists ||
+			die "cannot create database $DB_NAME"
 	fi
+}
+
+database_exists() {
+	[[ -n $(psql_admin -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'") ]]
 }
 
 check_login() {
