@@ -84,6 +84,16 @@ func TestRedisCommandCounter(t *testing.T) {
 	if got := count() - mid; got != 1 {
 		t.Fatalf("one EVAL counted as %d", got)
 	}
+	// A new connection's handshake is not the work measured.
+	fresh := redis.NewClient(&redis.Options{Addr: addr})
+	defer fresh.Close()
+	before := count()
+	if err := fresh.Set(ctx, "d", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := count() - before; got != 1 {
+		t.Fatalf("one SET on a new connection counted as %d", got)
+	}
 	// Nothing happened between two reads.
 	if a, b := count(), count(); a != b {
 		t.Fatalf("idle counter moved from %d to %d", a, b)
