@@ -158,17 +158,6 @@ func startServe(t *testing.T, bin string, env gatewayEnv, name string) {
 	waitReady(t, env["GATEWAY_LISTEN_ADDR"])
 }
 
-func pushRoute(addr, route, id string) int {
-	body := fmt.Sprintf(`{"message":{"data":"aGVsbG8=","messageId":%q},"subscription":"projects/p/subscriptions/s"}`, id)
-	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/"+route, "application/json", strings.NewReader(body))
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // Two gateway processes run the reconciler on the same indeterminate
 // operations of a lookup route. Neither settles one twice, the lookup is
 // never asked about one key twice at once, and every lookup they made is in

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -117,21 +116,6 @@ func waitReady(t *testing.T, addr string) {
 	}, func() string { return fmt.Sprintf("gateway at %s never became ready (last: %s)", addr, last) })
 }
 
-func pushTo(t *testing.T, addr, id string) int {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{
-		"message":      map[string]any{"data": base64.StdEncoding.EncodeToString([]byte("hello")), "messageId": id},
-		"subscription": "projects/p/subscriptions/s",
-	})
-	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/orders", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Errorf("push: %v", err)
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // The Quickstart path in-process: migrate, serve, become ready, ack a
 // delivery, shut down cleanly on cancel.
 func TestRunMigrateServeAndShutdown(t *testing.T) {
@@ -206,24 +190,8 @@ func TestTwoProcessesOneEffect(t *testing.T) {
 				t.Fatalf("migrate: %v\n%s", err, out)
 			}
 		}
-		cmd := exec.Command(bin, "serve")
-		cmd.Env = env.list()
-		var logs testenv.SyncBuffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("process %d logs:\n%s", i, logs.String())
-			}
-		})
+		startServe(t, bin, env, fmt.Sprintf("process %d", i))
 		addrs = append(addrs, env["GATEWAY_LISTEN_ADDR"])
-	}
-	for _, a := range addrs {
-		waitReady(t, a)
 	}
 
 	start := make(chan struct{})
@@ -352,17 +320,32 @@ func TestShutdownNeverAcksUnfinishedWork(t *testing.T) {
 	}
 }
 
-// pushQuiet pushes one delivery and returns its status, or 0 when the
-// connection failed.
-func pushQuiet(addr, id string) int {
-	body, _ := json.Marshal(map[string]any{
-		"message":      map[string]any{"data": base64.StdEncoding.EncodeToString([]byte("hello")), "messageId": id},
-		"subscription": "projects/p/subscriptions/s",
-	})
-	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/orders", "application/json", bytes.NewReader(body))
+// pushJSON delivers data as a Pub/Sub message to route and returns the
+// status, or 0 when no answer came.
+func pushJSON(addr, route, id, data string) int {
+	body := fmt.Sprintf(`{"message":{"data":%q,"messageId":%q},"subscription":"projects/p/subscriptions/s"}`,
+		base64.StdEncoding.EncodeToString([]byte(data)), id)
+	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/"+route, "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0
 	}
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// pushRoute, pushQuiet and pushTo are pushJSON's shorthands for the
+// messages most tests send.
+func pushRoute(addr, route, id string) int { return pushJSON(addr, route, id, "hello") }
+
+func pushQuiet(addr, id string) int { return pushRoute(addr, "orders", id) }
+
+// pushTo also fails the test when no answer came.
+func pushTo(t *testing.T, addr, id string) int {
+	t.Helper()
+	code := pushQuiet(addr, id)
+	if code == 0 {
+		t.Errorf("push %s: no answer", id)
+	}
+	return code
 }

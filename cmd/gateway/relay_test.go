@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -274,20 +273,6 @@ func TestPublishOutboxItemThenCrashBeforeMarkingSent(t *testing.T) {
 	if result != want || reason != "lookup found the effect: "+want {
 		t.Errorf("post result %q confirmed by %q, downstream %q", result, reason, want)
 	}
-}
-
-// pushJSON delivers data as a Pub/Sub message to route and returns the
-// status, or 0 when no answer came.
-func pushJSON(addr, route, id, data string) int {
-	body := fmt.Sprintf(`{"message":{"data":%q,"messageId":%q},"subscription":"projects/p/subscriptions/s"}`,
-		base64.StdEncoding.EncodeToString([]byte(data)), id)
-	resp, err := http.Post("http://"+addr+"/v1/push/pubsub/"+route, "application/json", strings.NewReader(body))
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // A local route on a real `gateway serve`: the gateway is SIGKILLed as
