@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/testenv"
 	"github.com/ackgate/ackgate/storage"
 )
 
@@ -381,5 +382,62 @@ func TestBatchWithTwoChangesOfOneOperationGoesPerChange(t *testing.T) {
 	rec := mustGet(t, l, other.ID)
 	if rec.State != gate.StateAckPending || rec.AckedAt != nil {
 		t.Errorf("other: %s acked %v", rec.State, rec.AckedAt)
+	}
+}
+
+// A claim that creates a row another transaction is creating at the same
+// time passes the set-based look-up, then waits on that transaction's key
+// and raises once it commits. The batch is sent again change by change,
+// which answers 'exists', and the change beside it is written.
+func TestSetBasedBatchFallsBackWhenACreationRaces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := batchFixture{t}
+	l, pool := newLedger(t)
+	neighbour := newOperation("race-neighbour")
+	createPending(t, l, neighbour)
+	raced := newOperation("race-raced")
+	at := t0.Add(time.Minute)
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var answer string
+	if err := tx.QueryRow(ctx, `SELECT ackgate_write($1::jsonb)`, f.create(raced, at, nil).wire).Scan(&answer); err != nil || answer != "ok" {
+		t.Fatalf("the other creator: %q %v", answer, err)
+	}
+	var other int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+
+	batch := []batchChange{
+		f.confirm(neighbour.ID, gate.StatePendingEffect, 1, "owner-a", 1, at, nil),
+		f.create(raced, at, gate.ErrExists),
+	}
+	before := l.GroupCommitPaths()
+	done := make(chan []error, 1)
+	go func() { done <- sendChanges(t, l, "batch", batch) }()
+	testenv.Eventually(t, testenv.StepTimeout, func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1 = ANY (pg_blocking_pids(pid)))`, other).Scan(&waiting)
+		return err == nil && waiting
+	}, func() string { return "the batch never waited on the other creator" })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if p := pathsSince(l, before); p != (storage.BatchPaths{FellBack: 1}) {
+		t.Errorf("paths %+v, want one batch that fell back", p)
+	}
+	if rec := mustGet(t, l, neighbour.ID); rec.State != gate.StateAckPending {
+		t.Errorf("neighbour: %s", rec.State)
+	}
+	if rec := mustGet(t, l, raced.ID); len(rec.Deliveries) != 1 || len(rec.Events) != 3 {
+		t.Errorf("the raced row holds %d deliveries and %d events, want the other creator's alone",
+			len(rec.Deliveries), len(rec.Events))
 	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -162,7 +163,7 @@ func (l *Ledger) send(batch []*pending) {
 	if set {
 		path = &l.commit.paths.SetBased
 		err = l.pool.QueryRow(ctx, writeBatchSQL, arg).Scan(&answers)
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Severity == "ERROR" {
+		if rolledBack(err) {
 			path = &l.commit.paths.FellBack
 			answers, err = l.perChange(ctx, arg)
 		}
@@ -183,6 +184,16 @@ func (l *Ledger) send(batch []*pending) {
 		}
 		p.done <- answerError(answers[i])
 	}
+}
+
+// rolledBack says whether err is the server's own refusal of a statement,
+// after which the implicit transaction has rolled back. Only an ERROR says
+// so: a FATAL may end a session whose commit already happened (one
+// terminated while it waited for a synchronous standby), and an error the
+// server did not send leaves the outcome unknown.
+func rolledBack(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR"
 }
 
 // perChange runs each change of a batch through ackgate_write, in one

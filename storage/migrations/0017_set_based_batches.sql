@@ -44,25 +44,33 @@ DECLARE
     v_state     text;
     v_logged    text;
 BEGIN
-    -- Lock the rows the batch names that exist, in id order (the caller
-    -- sorts the batch by id, so concurrent batches lock in one order), and
-    -- judge each change. A creating claim is judged by its insert below.
-    -- The count reads every locked row whatever join the planner picks, so
-    -- every lock is taken here, in order, and none later by a write.
+    -- Lock the rows the batch names that exist, in the batch's order: the
+    -- caller sorts it by id, as it does for ackgate_write, so concurrent
+    -- batches lock in one order whichever way each goes. Then judge each
+    -- change. The count reads every locked row whatever join the planner
+    -- picks, so every lock is taken here, in order, and none later by a
+    -- write.
+    --
+    -- A creating claim whose id is taken is 'exists', as the unique
+    -- violation ackgate_write catches. The id is looked up here rather than
+    -- left to INSERT ... ON CONFLICT DO NOTHING, whose speculative insertion
+    -- costs every created row one more WAL record and index probe. A row
+    -- committed after this look-up, or a new id with a taken scope key
+    -- (the gate derives the id from the scope key, gate/identity.go, so
+    -- only a hand-made change has one), makes the insert raise, and the
+    -- batch goes change by change.
     WITH batch AS (
         SELECT t.c, t.i FROM unnest(cs) WITH ORDINALITY AS t(c, i)
     ), locked AS MATERIALIZED (
-        SELECT o.id, o.state, o.fence FROM operations o
-        WHERE o.id = ANY (ARRAY(SELECT b.c->>'id' FROM batch b
-                                WHERE b.c->>'kind' = 'delivery' OR b.c->'claim'->'row' IS NULL))
-          AND (o.conflict_of IS NULL
-               OR o.id = ANY (ARRAY(SELECT b.c->>'id' FROM batch b WHERE b.c->>'kind' = 'delivery')))
-        ORDER BY o.id
-        FOR UPDATE
+        SELECT o.id, o.state, o.fence FROM batch b JOIN operations o ON o.id = b.c->>'id'
+        WHERE b.c->>'kind' = 'delivery' OR (b.c->'claim'->'row' IS NULL AND o.conflict_of IS NULL)
+        ORDER BY b.i
+        FOR UPDATE OF o
     ), judged AS (
         SELECT b.c, b.i, CASE
             WHEN b.c->>'kind' = 'delivery' THEN CASE WHEN l.id IS NULL THEN 'not_found' ELSE 'ok' END
-            WHEN b.c->'claim'->'row' IS NOT NULL THEN 'create'
+            WHEN b.c->'claim'->'row' IS NOT NULL THEN
+                CASE WHEN EXISTS (SELECT 1 FROM operations e WHERE e.id = b.c->>'id') THEN 'exists' ELSE 'ok' END
             WHEN l.id IS NULL THEN 'not_found'
             WHEN (b.c->'claim' IS NOT NULL AND l.fence >= (b.c->>'fence')::bigint)
                 OR (b.c->'claim' IS NULL AND l.fence <> (b.c->>'fence')::bigint) THEN 'fenced'
@@ -71,61 +79,44 @@ BEGIN
         FROM batch b LEFT JOIN locked l ON l.id = b.c->>'id'
     )
     SELECT array_agg(j.answer ORDER BY j.i),
-        coalesce(bool_or(j.answer = 'create'), false),
-        coalesce(bool_or(j.answer = 'ok' AND j.c->>'kind' <> 'delivery'), false),
+        coalesce(bool_or(j.answer = 'ok' AND j.c->>'kind' <> 'delivery' AND j.c->'claim'->'row' IS NOT NULL), false),
+        coalesce(bool_or(j.answer = 'ok' AND j.c->>'kind' <> 'delivery' AND j.c->'claim'->'row' IS NULL), false),
         coalesce(bool_or(j.answer = 'ok' AND j.c->>'kind' = 'delivery'), false),
-        coalesce(bool_or(j.answer IN ('ok', 'create')
-            AND coalesce(j.c->'claim'->'delivery', j.c->'delivery') IS NOT NULL), false),
+        coalesce(bool_or(j.answer = 'ok' AND coalesce(j.c->'claim'->'delivery', j.c->'delivery') IS NOT NULL), false),
         coalesce(bool_or(j.answer = 'ok' AND j.c->'settle'->'answer'->>'owner' <> ''), false),
-        coalesce(bool_or(j.answer IN ('ok', 'create') AND j.c->'start' IS NOT NULL), false),
+        coalesce(bool_or(j.answer = 'ok' AND j.c->'start' IS NOT NULL), false),
         coalesce(bool_or(j.answer = 'ok' AND j.c->'settle'->'finish' IS NOT NULL), false),
-        coalesce(bool_or(j.answer IN ('ok', 'create') AND j.c->'dead_letter' IS NOT NULL), false)
+        coalesce(bool_or(j.answer = 'ok' AND j.c->'dead_letter' IS NOT NULL), false)
       INTO v_answers, v_creating, v_updating, v_counting, v_delivered, v_answering, v_starting,
         v_finishing, v_dead
       FROM judged j
       CROSS JOIN (SELECT count(*) FROM locked) AS every_lock;
 
-    -- Created rows; one whose id is taken is 'exists', as the unique
-    -- violation ackgate_write catches. Only the primary key arbitrates: the
-    -- gate derives an operation's id from its scope key (gate/identity.go),
-    -- so a taken scope key is a taken id, and probing operations_scope_key
-    -- as well would cost every created row a second index descent. A new id
-    -- with a taken scope key, which only a hand-made change has, raises a
-    -- unique violation, and the batch goes change by change.
     IF v_creating THEN
-        WITH created AS (
-            INSERT INTO operations (id, scope_key, tenant, route, key_source, key, fingerprint,
-                fingerprint_version, state, shape, dead_letter_policy, contract_version, idempotency_key,
-                fence, owner, lease_start, lease_deadline, lease_extensions, delivery_count, attempt_count,
-                first_attempt_at, result_id, evidence_at, reason, lane, trace_id, span_id, created_at,
-                updated_at, retain_until)
-            SELECT t.c->>'id', r->>'scope_key', r->>'tenant', r->>'route', r->>'key_source',
-                r->>'key', r->>'fingerprint', (r->>'fingerprint_version')::integer,
-                (t.c->'steps'->-1->>'to')::ackgate_state,
-                r->>'shape', r->>'dead_letter_policy', r->>'contract_version',
-                r->>'idempotency_key', (t.c->>'fence')::bigint, t.c->'claim'->>'owner', (t.c->>'at')::timestamptz,
-                (t.c->'claim'->>'lease_deadline')::timestamptz, 0,
-                (coalesce(t.c->'claim'->'delivery', t.c->'delivery') IS NOT NULL)::integer,
-                (t.c->'start' IS NOT NULL)::integer,
-                CASE WHEN t.c->'start'->>'kind' = 'effect' THEN (t.c->'start'->>'started_at')::timestamptz END,
-                CASE WHEN t.c->>'kind' = 'confirm' THEN t.c->>'result_id' ELSE '' END,
-                CASE WHEN t.c->>'kind' = 'confirm' THEN (t.c->>'at')::timestamptz END,
-                t.c->>'reason',
-                CASE WHEN t.c->>'kind' = 'indeterminate' THEN t.c->>'lane' ELSE '' END,
-                t.c->'claim'->>'trace_id', r->>'span_id', (r->>'created_at')::timestamptz,
-                (t.c->>'at')::timestamptz, (r->>'retain_until')::timestamptz
-            FROM unnest(cs) WITH ORDINALITY AS t(c, i)
-            CROSS JOIN LATERAL (SELECT t.c->'claim'->'row' AS r) AS x
-            WHERE v_answers[t.i] = 'create'
-            ORDER BY t.i
-            ON CONFLICT (id) DO NOTHING
-            RETURNING id
-        )
-        SELECT array_agg(CASE WHEN v_answers[t.i] <> 'create' THEN v_answers[t.i]
-                              WHEN k.id IS NULL THEN 'exists' ELSE 'ok' END ORDER BY t.i)
-          INTO v_answers
-          FROM unnest(cs) WITH ORDINALITY AS t(c, i)
-          LEFT JOIN created k ON k.id = t.c->>'id';
+        INSERT INTO operations (id, scope_key, tenant, route, key_source, key, fingerprint,
+            fingerprint_version, state, shape, dead_letter_policy, contract_version, idempotency_key,
+            fence, owner, lease_start, lease_deadline, lease_extensions, delivery_count, attempt_count,
+            first_attempt_at, result_id, evidence_at, reason, lane, trace_id, span_id, created_at,
+            updated_at, retain_until)
+        SELECT t.c->>'id', r->>'scope_key', r->>'tenant', r->>'route', r->>'key_source',
+            r->>'key', r->>'fingerprint', (r->>'fingerprint_version')::integer,
+            (t.c->'steps'->-1->>'to')::ackgate_state,
+            r->>'shape', r->>'dead_letter_policy', r->>'contract_version',
+            r->>'idempotency_key', (t.c->>'fence')::bigint, t.c->'claim'->>'owner', (t.c->>'at')::timestamptz,
+            (t.c->'claim'->>'lease_deadline')::timestamptz, 0,
+            (coalesce(t.c->'claim'->'delivery', t.c->'delivery') IS NOT NULL)::integer,
+            (t.c->'start' IS NOT NULL)::integer,
+            CASE WHEN t.c->'start'->>'kind' = 'effect' THEN (t.c->'start'->>'started_at')::timestamptz END,
+            CASE WHEN t.c->>'kind' = 'confirm' THEN t.c->>'result_id' ELSE '' END,
+            CASE WHEN t.c->>'kind' = 'confirm' THEN (t.c->>'at')::timestamptz END,
+            t.c->>'reason',
+            CASE WHEN t.c->>'kind' = 'indeterminate' THEN t.c->>'lane' ELSE '' END,
+            t.c->'claim'->>'trace_id', r->>'span_id', (r->>'created_at')::timestamptz,
+            (t.c->>'at')::timestamptz, (r->>'retain_until')::timestamptz
+        FROM unnest(cs) WITH ORDINALITY AS t(c, i)
+        CROSS JOIN LATERAL (SELECT t.c->'claim'->'row' AS r) AS x
+        WHERE v_answers[t.i] = 'ok' AND t.c->>'kind' <> 'delivery' AND r IS NOT NULL
+        ORDER BY t.i;
     END IF;
 
     -- Every accepted change's log entries, change by change, step by step:
@@ -193,12 +184,23 @@ BEGIN
         WHERE v_answers[t.i] = 'ok' AND d IS NOT NULL
         ORDER BY t.i;
     END IF;
+    -- The answers and the finished attempts find their rows one change at
+    -- a time by index (OFFSET 0 keeps each look-up apart) and are written
+    -- by ctid. Joined plainly, the planner judged "decision = ''" and
+    -- "finished_at IS NULL" so selective that it read the whole table of a
+    -- young ledger instead of one index entry per change. A row someone
+    -- changed since the look-up has a new ctid and is not written, as the
+    -- row conditions would not have let it be.
     IF v_answering THEN
-        UPDATE deliveries dl SET decision = x.a->>'decision',
-            reason = CASE WHEN x.a->>'reason' = '' THEN dl.reason ELSE x.a->>'reason' END
-        FROM (SELECT t.c->>'id' AS id, t.c->'settle'->'answer' AS a FROM unnest(cs) WITH ORDINALITY AS t(c, i)
-              WHERE v_answers[t.i] = 'ok' AND t.c->'settle'->'answer'->>'owner' <> '') AS x
-        WHERE dl.operation_id = x.id AND dl.owner = x.a->>'owner' AND dl.decision = '';
+        UPDATE deliveries dl SET decision = y.a->>'decision',
+            reason = CASE WHEN y.a->>'reason' = '' THEN dl.reason ELSE y.a->>'reason' END
+        FROM (SELECT x.a, d.tid
+              FROM (SELECT t.c->>'id' AS id, t.c->'settle'->'answer' AS a FROM unnest(cs) WITH ORDINALITY AS t(c, i)
+                    WHERE v_answers[t.i] = 'ok' AND t.c->'settle'->'answer'->>'owner' <> '') AS x
+              CROSS JOIN LATERAL (SELECT ctid AS tid FROM deliveries
+                                  WHERE operation_id = x.id AND owner = x.a->>'owner' AND decision = ''
+                                  OFFSET 0) AS d) AS y
+        WHERE dl.ctid = y.tid;
     END IF;
     IF v_starting THEN
         INSERT INTO attempts (operation_id, n, kind, idempotency_key, fence, started_at)
@@ -213,11 +215,15 @@ BEGIN
             SELECT t.c->>'id' AS id, t.c->'settle'->'finish' AS fin FROM unnest(cs) WITH ORDINALITY AS t(c, i)
             WHERE v_answers[t.i] = 'ok' AND t.c->'settle'->'finish' IS NOT NULL
         ), finished AS (
-            UPDATE attempts a SET finished_at = (f.fin->>'finished_at')::timestamptz, outcome = f.fin->>'outcome',
-                status_code = (f.fin->>'status_code')::integer, result_id = f.fin->>'result_id',
-                reason = f.fin->>'reason'
-            FROM f
-            WHERE a.operation_id = f.id AND a.n = (f.fin->>'n')::integer AND a.finished_at IS NULL
+            UPDATE attempts a SET finished_at = (y.fin->>'finished_at')::timestamptz, outcome = y.fin->>'outcome',
+                status_code = (y.fin->>'status_code')::integer, result_id = y.fin->>'result_id',
+                reason = y.fin->>'reason'
+            FROM (SELECT f.fin, o.tid FROM f
+                  CROSS JOIN LATERAL (SELECT ctid AS tid FROM attempts
+                                      WHERE operation_id = f.id AND n = (f.fin->>'n')::integer
+                                        AND finished_at IS NULL
+                                      OFFSET 0) AS o) AS y
+            WHERE a.ctid = y.tid
             RETURNING a.operation_id
         )
         SELECT f.id, f.fin->>'n' INTO v_id, v_state FROM f
