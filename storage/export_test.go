@@ -63,7 +63,11 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 
 // SendPerChangeOnly makes every batch go through ackgate_write, as before
 // migration 0017, so that a test can compare the two ways.
-func (l *Ledger) SendPerChangeOnly() { l.commit.perChangeOnly = true }
+func (l *Ledger) SendPerChangeOnly() {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	l.commit.perChangeOnly = true
+}
 
 // Encode exposes the wire form of a change.
 func Encode(c *gate.Change) ([]byte, error) { return encode(c) }

@@ -441,3 +441,59 @@ func TestSetBasedBatchFallsBackWhenACreationRaces(t *testing.T) {
 			len(rec.Deliveries), len(rec.Events))
 	}
 }
+
+// A set-based batch whose session ends without the server's ERROR may
+// have committed, as far as the gateway can tell, so it is not sent again:
+// every change gets the error. (Here the session is terminated while the
+// batch waits for a row lock, so in fact nothing committed.)
+func TestSetBasedBatchIsNotResentWhenItsOutcomeIsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := batchFixture{t}
+	l, pool := newLedger(t)
+	a, b := newOperation("kill-a"), newOperation("kill-b")
+	createPending(t, l, a)
+	createPending(t, l, b)
+	at := t0.Add(time.Minute)
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM operations WHERE id = $1 FOR UPDATE`, b.ID).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	batch := []batchChange{
+		f.confirm(a.ID, gate.StatePendingEffect, 1, "owner-a", 1, at, nil),
+		f.confirm(b.ID, gate.StatePendingEffect, 1, "owner-a", 1, at, nil),
+	}
+	ids, wires := []string{batch[0].id, batch[1].id}, [][]byte{batch[0].wire, batch[1].wire}
+	before := l.GroupCommitPaths()
+	done := make(chan []error, 1)
+	go func() { done <- l.SendRaw(ids, wires) }()
+	var waiter int
+	testenv.Eventually(t, testenv.StepTimeout, func() bool {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, holder).Scan(&waiter)
+		return err == nil
+	}, func() string { return "the batch never waited for the row lock" })
+	var killed bool
+	if err := pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, waiter).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate %d: %v %v", waiter, killed, err)
+	}
+	errs := <-done
+	for i, err := range errs {
+		if err == nil || answerWord(err) != "error: "+err.Error() {
+			t.Errorf("change %d of a batch whose outcome is unknown: %v", i, err)
+		}
+	}
+	if p := pathsSince(l, before); p != (storage.BatchPaths{SetBased: 1}) {
+		t.Errorf("paths %+v, want one set-based batch and no resend", p)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertUntouched(t, l, a)
+	assertUntouched(t, l, b)
+}

@@ -31,11 +31,14 @@ import (
 // delivery's goroutine runs other deliveries' batches on its stack, which
 // would grow that stack for the rest of its life.
 //
-// Each change runs inside ackgate_write's own subtransaction and answers
-// with a word rather than raising: a fenced or refused change takes back only
-// its own writes and never fails a neighbour. If the shared statement itself
-// fails (the connection drops, the commit fails), every change in it gets the
-// error, so no caller acks on a commit that did not happen.
+// A batch of distinct operations is applied whole by ackgate_write_batch
+// (migrations/0017_set_based_batches.sql) in a fixed number of statements;
+// otherwise, and again when that raises, each change runs inside
+// ackgate_write's own subtransaction. Either way each change answers with a
+// word rather than raising: a fenced or refused change writes nothing and
+// never fails a neighbour. If the shared statement itself fails (the
+// connection drops, the commit fails), every change in it gets the error, so
+// no caller acks on a commit that did not happen.
 
 const (
 	// maxBatch stays under the 64 subtransactions a Postgres backend tracks
@@ -82,7 +85,7 @@ type BatchPaths struct {
 	// FellBack batches raised in ackgate_write_batch, which took all of it
 	// back, and were sent again change by change.
 	FellBack int
-	// PerChange batches held a shape the set-based function does not apply
+	// PerChange batches held what the set-based function does not apply
 	// (two changes of one operation) and went change by change at once.
 	PerChange int
 }
@@ -134,15 +137,16 @@ func (l *Ledger) flush() {
 // same order and cannot deadlock each other.
 //
 // A batch goes to ackgate_write_batch when every change in it names an
-// operation of its own and has a shape it applies; that is decided here,
-// before sending, because the function judges each change against the row
-// as it was when the batch began, which two changes of one row would each
-// need to see the other's write to be judged. If the function raises, the
-// server answered and the implicit transaction took back everything, so the
-// same batch goes again change by change, each in its own subtransaction,
-// and each change gets the answer it alone earns. Any other failure (a
-// dropped connection, an unknown commit) fails every change: resending a
-// batch that may have committed could write it twice.
+// operation of its own and is of a kind it applies. That is decided here,
+// before sending, rather than by a marker from the server: the function
+// judges every change against the rows as the batch found them, while the
+// second change of an operation must be judged after the first is written,
+// and a round trip to learn so would cost more than the check. If the
+// function raises, the server answered and the implicit transaction took
+// back everything, so the same batch goes again change by change, each in
+// its own subtransaction, and each change gets the answer it alone earns.
+// Any other failure (a dropped connection, an unknown commit) fails every
+// change: resending a batch that may have committed could write it twice.
 func (l *Ledger) send(batch []*pending) {
 	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.id, b.id) })
 	arg := make([]string, len(batch))
