@@ -80,7 +80,8 @@ type committer struct {
 
 // BatchPaths counts the batches that went each way to the server.
 type BatchPaths struct {
-	// SetBased batches were applied whole by ackgate_write_batch.
+	// SetBased batches went to ackgate_write_batch alone: it applied
+	// them, or they failed in a way that left their outcome unknown.
 	SetBased int
 	// FellBack batches raised in ackgate_write_batch, which took all of it
 	// back, and were sent again change by change.
