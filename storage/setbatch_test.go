@@ -3,6 +3,8 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -496,4 +498,62 @@ func TestSetBasedBatchIsNotResentWhenItsOutcomeIsUnknown(t *testing.T) {
 	}
 	assertUntouched(t, l, a)
 	assertUntouched(t, l, b)
+}
+
+// Deliveries in flight together share set-based batches of mixed kinds
+// (creations, confirmations, acks, redeliveries), each answered as if it
+// had been alone.
+func TestConcurrentLifecyclesShareSetBasedBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, _ := newLedger(t)
+	const n = 24
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		op := newOperation(fmt.Sprintf("life-%02d", i))
+		wg.Go(func() {
+			errs[i] = func() error {
+				if err := createChange(t, l, op); err != nil {
+					return fmt.Errorf("create: %w", err)
+				}
+				at := t0.Add(time.Second)
+				if err := l.RecordDelivery(ctx, &gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub,
+					Source: "s", MessageID: "m-again", ReceivedAt: at, Decision: gate.Nack}); err != nil {
+					return fmt.Errorf("redelivery: %w", err)
+				}
+				w := settling(op.ID, gate.StatePendingEffect, 1,
+					&gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "r"}, 0)
+				if err := l.Write(ctx, gate.ConfirmChange(w,
+					steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "r", "confirmed", at)); err != nil {
+					return fmt.Errorf("confirm: %w", err)
+				}
+				if err := l.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 1,
+					steps(t, gate.StateAckPending, gate.StateAcknowledged), at)); err != nil {
+					return fmt.Errorf("ack: %w", err)
+				}
+				// A stale owner after the ack changes nothing.
+				if err := l.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 0, nil, at)); !errors.Is(err, gate.ErrFenced) {
+					return fmt.Errorf("stale ack: %v", err)
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("lifecycle %d: %v", i, err)
+		}
+	}
+	for i := range n {
+		rec := mustGet(t, l, newOperation(fmt.Sprintf("life-%02d", i)).ID)
+		if rec.State != gate.StateAcknowledged || rec.DeliveryCount != 2 || len(rec.Deliveries) != 2 || len(rec.Events) != 6 {
+			t.Errorf("life-%02d: %s, %d deliveries counted, %d recorded, %d events",
+				i, rec.State, rec.DeliveryCount, len(rec.Deliveries), len(rec.Events))
+		}
+	}
+	if p := l.GroupCommitPaths(); p.SetBased == 0 || p.FellBack != 0 {
+		t.Errorf("paths %+v, want set-based batches and none that fell back", p)
+	}
 }
