@@ -15,16 +15,17 @@ func (l *Ledger) SendBatch(changes []*gate.Change) []error {
 		if err != nil {
 			panic(err)
 		}
-		batch[i] = &pending{id: c.OperationID, wire: wire, done: make(chan error, 1)}
+		batch[i] = &pending{id: c.OperationID, wire: wire, set: setBased(c.Kind), done: make(chan error, 1)}
 	}
 	return l.sendAll(batch)
 }
 
-// SendRaw sends wire forms as they are, to break the shared statement itself.
+// SendRaw sends wire forms as they are, to break the shared statement
+// itself; they go the set-based way first.
 func (l *Ledger) SendRaw(ids []string, wires [][]byte) []error {
 	batch := make([]*pending, len(ids))
 	for i := range ids {
-		batch[i] = &pending{id: ids[i], wire: wires[i], done: make(chan error, 1)}
+		batch[i] = &pending{id: ids[i], wire: wires[i], set: true, done: make(chan error, 1)}
 	}
 	return l.sendAll(batch)
 }
@@ -60,5 +61,16 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 	return queued, release
 }
 
+// SendPerChangeOnly makes every batch go through ackgate_write, as before
+// migration 0017, so that a test can compare the two ways.
+func (l *Ledger) SendPerChangeOnly() {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	l.commit.perChangeOnly = true
+}
+
 // Encode exposes the wire form of a change.
 func Encode(c *gate.Change) ([]byte, error) { return encode(c) }
+
+// EncodeDeliveryOnly exposes the wire form of RecordDelivery.
+func EncodeDeliveryOnly(d *gate.Delivery) ([]byte, error) { return encodeDeliveryOnly(d) }

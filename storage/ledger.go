@@ -21,8 +21,9 @@ import (
 // Ledger is the Postgres evidence store.
 //
 // Every named change is one call of ackgate_write on the server
-// (migrations/0008_one_write_per_step.sql), which checks the change's
-// guard, appends its log entries and writes the operation row once; the
+// (migrations/0008_one_write_per_step.sql), or one share of a call of
+// ackgate_write_batch (0017), which checks the change's guard, appends its
+// log entries and writes the operation row once; the
 // triggers of migrations/0003_guards.sql and 0008 judge every edge, so
 // nothing here can record a path the lifecycle forbids. Concurrent changes
 // share statements and commits (write.go).
@@ -170,7 +171,7 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if err != nil {
 		return fmt.Errorf("storage: write: %w", err)
 	}
-	return l.write(ctx, c.OperationID, wire)
+	return l.write(ctx, c.OperationID, wire, setBased(c.Kind))
 }
 
 // checkChange refuses a change no constructor in gate builds, before it
@@ -293,7 +294,7 @@ func (l *Ledger) RecordDelivery(ctx context.Context, d *gate.Delivery) error {
 	if err != nil {
 		return err
 	}
-	return l.write(ctx, d.OperationID, wire)
+	return l.write(ctx, d.OperationID, wire, true)
 }
 
 // AnswerDelivery implements gate.Ledger: it fills in the decision of the

@@ -23,8 +23,11 @@ import (
 // 16 fresh messages' three changes (claim with the effect attempt,
 // confirmation with the answer, ack) as the gateway's group commit does at
 // 16 in flight, three shared statements, on a database of its own. It
-// runs the same statements against the schema before migration 0016 and
-// after it, one after the other, so that -count interleaves the two.
+// sends the same batches change by change through ackgate_write on a
+// schema at migration 0016 (how every batch went before 0017) and whole
+// through ackgate_write_batch on one at 0017, one after the other, so that
+// -count interleaves the two, and reports the set-based figures as ratios
+// of the per-change ones (ratio-*: below 1 is cheaper).
 //
 // Reported per message: the CPU of the writing backend (from /proc, so
 // other databases' load counts only as contention), WAL records and bytes
@@ -36,7 +39,7 @@ import (
 //
 //	go test -run '^$' -bench LedgerCost -benchtime 200x ./storage/
 func BenchmarkLedgerCost(b *testing.B) {
-	subjects := []*costSubject{newCostSubject(b, 15), newCostSubject(b, 16)}
+	subjects := []*costSubject{newCostSubject(b, 16, writeSQL), newCostSubject(b, 17, writeBatchSQL)}
 	// A ledger in service has statistics: without them the cached plans
 	// of a fresh database can read a whole index where one entry is asked
 	// for, a cost no running gateway pays for long. So some rounds go
@@ -65,10 +68,20 @@ func BenchmarkLedgerCost(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	var figures []costFigures
 	for _, c := range subjects {
-		c.end()
+		figures = append(figures, c.end())
 	}
+	base, set := figures[0], figures[1]
+	b.ReportMetric(set.cpu/base.cpu, "ratio-pg-cpu")
+	b.ReportMetric(set.wall/base.wall, "ratio-wall")
+	b.ReportMetric(set.walRecords/base.walRecords, "ratio-wal-records")
+	b.ReportMetric(set.walBytes/base.walBytes, "ratio-wal-B")
+	b.ReportMetric(set.rows/base.rows, "ratio-rows")
 }
+
+// costFigures are a subject's figures per message.
+type costFigures struct{ cpu, wall, walRecords, walBytes, rows float64 }
 
 const (
 	costBatch  = 16
@@ -83,6 +96,7 @@ type costSubject struct {
 	b       *testing.B
 	ctx     context.Context
 	version int64
+	sql     string // the shared statement a batch goes in
 	conn    *pgx.Conn
 	pid     int
 
@@ -94,7 +108,7 @@ type costSubject struct {
 	writes            map[string]writes
 }
 
-func newCostSubject(b *testing.B, version int64) *costSubject {
+func newCostSubject(b *testing.B, version int64, sql string) *costSubject {
 	ctx := context.Background()
 	url := testenv.DatabaseURL(b)
 	if err := migrateTo(ctx, url, version); err != nil {
@@ -105,7 +119,7 @@ func newCostSubject(b *testing.B, version int64) *costSubject {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close(ctx) })
-	c := &costSubject{b: b, ctx: ctx, version: version, conn: conn}
+	c := &costSubject{b: b, ctx: ctx, version: version, sql: sql, conn: conn}
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&c.pid); err != nil {
 		b.Fatal(err)
 	}
@@ -158,7 +172,7 @@ func (c *costSubject) send(k int, changes []*gate.Change) {
 		wires[i] = string(w)
 	}
 	var raw []byte
-	if err := c.conn.QueryRow(c.ctx, `EXPLAIN (ANALYZE, WAL, TIMING OFF, SUMMARY OFF, FORMAT JSON) `+writeSQL, wires).Scan(&raw); err != nil {
+	if err := c.conn.QueryRow(c.ctx, `EXPLAIN (ANALYZE, WAL, TIMING OFF, SUMMARY OFF, FORMAT JSON) `+c.sql, wires).Scan(&raw); err != nil {
 		c.b.Fatal(err)
 	}
 	var plan []struct {
@@ -181,10 +195,16 @@ func (c *costSubject) send(k int, changes []*gate.Change) {
 }
 
 // end reports the subject's figures per message.
-func (c *costSubject) end() {
+func (c *costSubject) end() costFigures {
 	b, n := c.b, float64(c.messages)
 	if c.messages == 0 {
-		return
+		return costFigures{}
+	}
+	// EXPLAIN shows no answers, so the rows say whether every change
+	// was applied: every message ends acknowledged.
+	var open int
+	if err := c.conn.QueryRow(c.ctx, `SELECT count(*) FROM operations WHERE state <> 'acknowledged'`).Scan(&open); err != nil || open != 0 {
+		b.Fatalf("schema %04d: %d operations not acknowledged (%v)", c.version, open, err)
 	}
 	after := tableWrites(b, c.ctx, c.conn)
 	v := fmt.Sprintf("@%04d", c.version)
@@ -216,6 +236,8 @@ func (c *costSubject) end() {
 	b.ReportMetric(float64(percent(hot, upd)), "hot-%"+v)
 	b.Logf("schema %04d (backend pid %d), %d messages: %s; WAL by change (records, bytes without FPI per message): %s",
 		c.version, c.pid, c.messages, strings.Join(detail, ", "), walDetail(costKinds, c.records, c.cleanBytes, c.clean, n))
+	return costFigures{cpu: float64(c.cpu.Microseconds()) / n, wall: float64(c.elapsed.Microseconds()) / n,
+		walRecords: float64(rec) / n, walBytes: bytesPerMsg, rows: float64(ins+upd) / n}
 }
 
 func walDetail(kinds []string, records, cleanBytes, clean [3]int64, n float64) string {

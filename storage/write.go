@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,11 +31,14 @@ import (
 // delivery's goroutine runs other deliveries' batches on its stack, which
 // would grow that stack for the rest of its life.
 //
-// Each change runs inside ackgate_write's own subtransaction and answers
-// with a word rather than raising: a fenced or refused change takes back only
-// its own writes and never fails a neighbour. If the shared statement itself
-// fails (the connection drops, the commit fails), every change in it gets the
-// error, so no caller acks on a commit that did not happen.
+// A batch of distinct operations is applied whole by ackgate_write_batch
+// (migrations/0017_set_based_batches.sql) in a fixed number of statements;
+// otherwise, and again when that raises, each change runs inside
+// ackgate_write's own subtransaction. Either way each change answers with a
+// word rather than raising: a fenced or refused change writes nothing and
+// never fails a neighbour. If the shared statement itself fails (the
+// connection drops, the commit fails), every change in it gets the error, so
+// no caller acks on a commit that did not happen.
 
 const (
 	// maxBatch stays under the 64 subtransactions a Postgres backend tracks
@@ -47,9 +51,15 @@ const (
 
 const writeSQL = `SELECT ackgate_write(c) FROM unnest($1::jsonb[]) WITH ORDINALITY AS t(c, i) ORDER BY i`
 
+// writeBatchSQL applies a batch with a fixed number of statements
+// (migrations/0017_set_based_batches.sql) and answers with the same words.
+const writeBatchSQL = `SELECT ackgate_write_batch($1::jsonb[])`
+
 type pending struct {
 	id   string
 	wire []byte
+	// set says the change is of a shape ackgate_write_batch applies.
+	set  bool
 	done chan error
 }
 
@@ -60,14 +70,33 @@ type committer struct {
 	// batches and changes count what went to the server, for tests and
 	// benchmarks that check the sharing.
 	batches, changes int
+	// paths counts how batches were applied, for the tests and benchmarks
+	// that check which way a batch went.
+	paths BatchPaths
+	// perChangeOnly sends every batch through ackgate_write, the way
+	// before migration 0017: the baseline of the equivalence tests.
+	perChangeOnly bool
+}
+
+// BatchPaths counts the batches that went each way to the server.
+type BatchPaths struct {
+	// SetBased batches went to ackgate_write_batch alone: it applied
+	// them, or they failed in a way that left their outcome unknown.
+	SetBased int
+	// FellBack batches raised in ackgate_write_batch, which took all of it
+	// back, and were sent again change by change.
+	FellBack int
+	// PerChange batches held what the set-based function does not apply
+	// (two changes of one operation) and went change by change at once.
+	PerChange int
 }
 
 // write queues one encoded change and returns its own answer.
-func (l *Ledger) write(ctx context.Context, id string, wire []byte) error {
+func (l *Ledger) write(ctx context.Context, id string, wire []byte, set bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p := &pending{id: id, wire: wire, done: make(chan error, 1)}
+	p := &pending{id: id, wire: wire, set: set, done: make(chan error, 1)}
 	c := &l.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
@@ -107,31 +136,49 @@ func (l *Ledger) flush() {
 // send runs one batch. Changes are ordered by operation id (keeping each
 // operation's own changes in their order) so two batches lock rows in the
 // same order and cannot deadlock each other.
+//
+// A batch goes to ackgate_write_batch when every change in it names an
+// operation of its own and is of a kind it applies. That is decided here,
+// before sending, rather than by a marker from the server: the function
+// judges every change against the rows as the batch found them, while the
+// second change of an operation must be judged after the first is written,
+// and a round trip to learn so would cost more than the check. If the
+// function raises, the server answered and the implicit transaction took
+// back everything, so the same batch goes again change by change, each in
+// its own subtransaction, and each change gets the answer it alone earns.
+// Any other failure (a dropped connection, an unknown commit) fails every
+// change: resending a batch that may have committed could write it twice.
 func (l *Ledger) send(batch []*pending) {
 	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.id, b.id) })
 	arg := make([]string, len(batch))
+	set := !l.commit.perChangeOnly
 	for i, p := range batch {
 		arg[i] = string(p.wire)
+		set = set && p.set && (i == 0 || batch[i-1].id != p.id)
 	}
 	// The batch belongs to no single caller, so no caller's context may
 	// cancel it halfway; it is bounded on its own.
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	answers := make([]string, 0, len(batch))
-	rows, err := l.pool.Query(ctx, writeSQL, arg)
-	if err == nil {
-		for rows.Next() {
-			var a string
-			if err = rows.Scan(&a); err != nil {
-				break
-			}
-			answers = append(answers, a)
+	var (
+		answers []string
+		err     error
+		path    *int
+	)
+	if set {
+		path = &l.commit.paths.SetBased
+		err = l.pool.QueryRow(ctx, writeBatchSQL, arg).Scan(&answers)
+		if rolledBack(err) {
+			path = &l.commit.paths.FellBack
+			answers, err = l.perChange(ctx, arg)
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
+	} else {
+		path = &l.commit.paths.PerChange
+		answers, err = l.perChange(ctx, arg)
 	}
+	l.commit.mu.Lock()
+	*path++
+	l.commit.mu.Unlock()
 	if err == nil && len(answers) != len(batch) {
 		err = fmt.Errorf("%d answers for %d changes", len(answers), len(batch))
 	}
@@ -142,6 +189,38 @@ func (l *Ledger) send(batch []*pending) {
 		}
 		p.done <- answerError(answers[i])
 	}
+}
+
+// rolledBack says whether err is the server's own refusal of a statement,
+// after which the implicit transaction has rolled back. Only an ERROR says
+// so: a FATAL may end a session whose commit already happened (one
+// terminated while it waited for a synchronous standby), and an error the
+// server did not send leaves the outcome unknown.
+func rolledBack(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR"
+}
+
+// perChange runs each change of a batch through ackgate_write, in one
+// statement and one commit.
+func (l *Ledger) perChange(ctx context.Context, arg []string) ([]string, error) {
+	answers := make([]string, 0, len(arg))
+	rows, err := l.pool.Query(ctx, writeSQL, arg)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var a string
+		if err = rows.Scan(&a); err != nil {
+			break
+		}
+		answers = append(answers, a)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	return answers, err
 }
 
 // batchTimeout bounds one shared statement. It is generous: a batch that
@@ -175,6 +254,24 @@ func (l *Ledger) GroupCommitStats() (batches, changes int) {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
 	return l.commit.batches, l.commit.changes
+}
+
+// GroupCommitPaths says how many batches went each way to the server.
+func (l *Ledger) GroupCommitPaths() BatchPaths {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	return l.commit.paths
+}
+
+// setBased says whether ackgate_write_batch applies changes of kind k;
+// the intervening kinds and handoffs are written elsewhere anyway.
+func setBased(k gate.ChangeKind) bool {
+	switch k {
+	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
+		gate.ChangeRetryLater, gate.ChangeAcked:
+		return true
+	}
+	return false
 }
 
 // The wire form of a change: what ackgate_write reads. Times are cut to the
