@@ -337,7 +337,7 @@ func (r *report) goals() []goal {
 	agm, okAgm := mem.get(sysAckgate)
 	gs = append(gs, goal{name: fmt.Sprintf("gateway peak RSS at %d in flight", r.cfg.MemC), unit: " MiB", target: 64, atLeast: false,
 		value: float64(agm.peakRSS) / (1 << 20), missing: !okMem || !okAgm || agm.peakRSS == 0,
-		inputs: "VmHWM; memory limit: " + r.cfg.memoryLimit})
+		inputs: "VmHWM; memory limit: " + strings.SplitN(r.cfg.memoryLimit, ":", 2)[0]})
 	return gs
 }
 
