@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -62,7 +64,13 @@ type Client struct {
 	http      *http.Client
 	// fresh never reuses a connection; unsafe effects go through it.
 	fresh *http.Client
+	// tracer is nil without a TracerProvider; propagators may be nil.
+	tracer      trace.Tracer
+	propagators propagation.TextMapPropagator
 }
+
+// tracerName is the instrumentation scope of the client spans.
+const tracerName = "github.com/ackgate/ackgate/downstream"
 
 var _ gate.Effects = (*Client)(nil)
 
@@ -111,30 +119,97 @@ func New(opts Options) *Client {
 	// costs a handshake and removes that race.
 	fresh := t.Clone()
 	fresh.DisableKeepAlives = true
-	return &Client{
-		transport: t,
-		http:      newHTTPClient(t, opts),
-		fresh:     newHTTPClient(fresh, opts),
+	c := &Client{
+		transport:   t,
+		http:        newHTTPClient(t),
+		fresh:       newHTTPClient(fresh),
+		propagators: opts.Propagators,
 	}
+	if opts.TracerProvider != nil {
+		c.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
+	return c
 }
 
-func newHTTPClient(t *http.Transport, opts Options) *http.Client {
-	var rt http.RoundTripper = t
-	if opts.TracerProvider != nil {
-		// otelhttp wraps the body for byte counts but leaves GetBody unset,
-		// so the request stays non-replayable (replay_test.go runs through it).
-		popts := []otelhttp.Option{otelhttp.WithTracerProvider(opts.TracerProvider)}
-		if opts.Propagators != nil {
-			popts = append(popts, otelhttp.WithPropagators(opts.Propagators))
-		}
-		rt = otelhttp.NewTransport(t, popts...)
-	}
+func newHTTPClient(t *http.Transport) *http.Client {
 	return &http.Client{
-		Transport: rt,
+		Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// startCall starts a call's client span and puts its trace context on the
+// request's headers, so the downstream's spans join the delivery's trace.
+//
+// The client does this itself rather than through otelhttp's transport,
+// whose RoundTrip builds attribute sets for HTTP metrics the gateway does
+// not export, on every call, in frames deep enough to grow the stack of
+// every delivery goroutine past 16 KiB (measured at 1,000 in flight: about
+// 900 goroutines at 32 KiB, 13 MiB more than they need). It also leaves the
+// request and its body untouched, so nothing here can make it replayable.
+func (c *Client) startCall(ctx context.Context, method, target string) (context.Context, trace.Span) {
+	if c.tracer == nil {
+		return ctx, trace.SpanFromContext(context.Background()) // a no-op span
+	}
+	ctx, span := c.tracer.Start(ctx, "HTTP "+method, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{attribute.String("http.request.method", method)}
+		if u, err := url.Parse(target); err == nil {
+			// The address and path only: a query or user info may hold a
+			// credential.
+			attrs = append(attrs, attribute.String("server.address", u.Hostname()), attribute.String("url.path", u.Path))
+			if port := u.Port(); port != "" {
+				if n, err := strconv.Atoi(port); err == nil {
+					attrs = append(attrs, attribute.Int("server.port", n))
+				}
+			}
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
+}
+
+// inject puts the call's trace context on r.
+func (c *Client) inject(ctx context.Context, r *http.Request) {
+	if c.propagators != nil {
+		c.propagators.Inject(ctx, propagation.HeaderCarrier(r.Header))
+	}
+}
+
+// endCall ends a call's span with what came back: the status, or the
+// error for a call without one. A client span counts 4xx and 5xx as errors.
+func endCall(span trace.Span, resp *http.Response, err error) {
+	if span.IsRecording() {
+		switch {
+		case err != nil:
+			span.SetAttributes(attribute.String("error.type", errorType(err)))
+			span.SetStatus(codes.Error, describe(err))
+		case resp != nil:
+			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+			if resp.StatusCode >= 400 {
+				span.SetAttributes(attribute.String("error.type", strconv.Itoa(resp.StatusCode)))
+				span.SetStatus(codes.Error, "")
+			}
+		}
+	}
+	span.End()
+}
+
+// errorType is the error.type of a call without a response: low
+// cardinality, never the error's text.
+func errorType(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	return "_OTHER"
 }
 
 // http1Only takes HTTP/2 off a transport on every path by which it could come
@@ -170,18 +245,23 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 	defer cancel()
 
 	var tr sendTrace
-	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), method(spec.Method), spec.URL, body)
+	m := method(spec.Method)
+	callCtx, span := c.startCall(callCtx, m, spec.URL)
+	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), m, spec.URL, body)
 	if err != nil {
+		endCall(span, nil, err)
 		// The error text would quote the URL; say only what was wrong.
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: "not sent: effect method or url is invalid"}
 	}
 	setHeaders(hreq, spec, req, contentType)
+	c.inject(callCtx, hreq)
 
 	hc := c.http
 	if req.Route.Shape == gate.ShapeUnsafe {
 		hc = c.fresh
 	}
 	resp, err := hc.Do(hreq)
+	defer func() { endCall(span, resp, err) }()
 	if err != nil {
 		outcome, reason := lost(ctx, spec, &tr, err)
 		return gate.EffectResult{Outcome: outcome, Reason: bound(reason)}
@@ -218,13 +298,17 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 	defer cancel()
 
 	u := strings.ReplaceAll(spec.LookupURL, "{key}", escapeKey(req.IdempotencyKey))
+	callCtx, span := c.startCall(callCtx, http.MethodGet, u)
 	hreq, err := http.NewRequestWithContext(callCtx, http.MethodGet, u, nil)
 	if err != nil {
+		endCall(span, nil, err)
 		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "lookup url is invalid"}
 	}
 	setHeaders(hreq, spec, req, "")
+	c.inject(callCtx, hreq)
 
 	resp, err := c.http.Do(hreq)
+	defer func() { endCall(span, resp, err) }()
 	if err != nil {
 		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: bound("lookup failed: " + timeoutOr(ctx, spec, err))}
 	}

@@ -18,9 +18,10 @@ import (
 // its ack marks and delivery records share the ledger's group commits, and
 // then its leases are released in one Reservations.ReleaseAll. Nothing is
 // dropped: when the queue is full, or closed, the work runs on the caller
-// as Result.Finish does. What is still queued when the process stops is
-// left undone, which the evidence already allows: an unmarked ack leaves
-// the operation ack_pending, and an unreleased lease lapses by its TTL.
+// as Result.Finish does. What is still queued when a drain runs out of time
+// is left undone and logged by operation, which the evidence already
+// allows: an unmarked ack leaves the operation ack_pending, and an
+// unreleased lease lapses by its TTL.
 type AfterAnswer struct {
 	reservations Reservations
 	log          *slog.Logger
@@ -149,8 +150,28 @@ func (a *AfterAnswer) Close(ctx context.Context) error {
 	}
 	a.cancel()
 	<-done
+	left := a.abandon()
 	return fmt.Errorf("gate: post-response work cut short (running batches cancelled, %d queued results left undone): %w",
-		len(a.jobs), ctx.Err())
+		left, ctx.Err())
+}
+
+// abandon empties the queue of a stopped AfterAnswer and names every
+// operation whose ack mark or delivery record it leaves unwritten, so that
+// none is left so silently: such an operation stays ack_pending (its
+// effect's evidence is committed) until a redelivery or the reconciler
+// settles it, and its lease lapses by its TTL. It returns how many results
+// were queued.
+func (a *AfterAnswer) abandon() int {
+	n := 0
+	for j := range a.jobs { // closed by Close; the workers have stopped
+		n++
+		a.pending.Add(-1)
+		if a.log != nil && j.res.hasLedgerWork(j.sent) {
+			a.log.Warn("post-response work left undone at shutdown: the operation stays ack_pending until it is redelivered",
+				"operation_id", j.res.OperationID, "acked", j.sent && j.res.Decision == Ack)
+		}
+	}
+	return n
 }
 
 func (a *AfterAnswer) work() {

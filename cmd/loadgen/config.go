@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	gwconfig "github.com/ackgate/ackgate/config"
 )
 
 // defaultPostgresURL is the role and database scripts/services.sh creates; the
@@ -50,6 +52,12 @@ type config struct {
 	// example pool_max_conns=16.
 	GatewayDBParams string
 	GatewayLogLevel string
+	// GatewayMemoryLimit is GATEWAY_MEMORY_LIMIT for the gateway started
+	// (a size such as 56MiB); empty passes none of its own.
+	GatewayMemoryLimit string
+	// memoryLimit says what limit the gateway started runs under, for the
+	// report; set by validate.
+	memoryLimit string
 
 	// Target mode: a gateway that is already running.
 	Target         string // its ingest base URL
@@ -93,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.GatewayBin, "gateway-bin", "", "gateway binary; empty builds ./cmd/gateway (run from the repository)")
 	fs.StringVar(&c.GatewayDBParams, "gateway-db-params", "", "query parameters added to the gateway's database URL, e.g. pool_max_conns=16")
 	fs.StringVar(&c.GatewayLogLevel, "gateway-log-level", "info", "GATEWAY_LOG_LEVEL of the gateway started (its log goes to a temporary file)")
+	fs.StringVar(&c.GatewayMemoryLimit, "gateway-memory-limit", "", "GATEWAY_MEMORY_LIMIT of the gateway started, e.g. 56MiB as the chart passes a pod's limit (GATEWAY_MEMORY_LIMIT_RATIO of it becomes the Go runtime's soft limit); empty: none unless the environment sets one")
 	fs.StringVar(&c.Target, "target", "", "ingest URL of a gateway already running (loopback); nothing is started")
 	fs.StringVar(&c.TargetRoute, "target-route", "loadgen", "with -target: its Pub/Sub route, which must call the downstream at -downstream-addr")
 	fs.StringVar(&c.TargetSNSRoute, "target-sns-route", "loadgen-sns", "with -target and -sns: its SNS route (auth: none)")
@@ -203,7 +212,54 @@ func (c *config) validate() error {
 			bad("-gateway-db-params: %v", err)
 		}
 	}
+	if c.Target != "" {
+		c.memoryLimit = "the target's own"
+		if c.GatewayMemoryLimit != "" {
+			bad("-gateway-memory-limit applies only to a gateway this run starts, not with -target")
+		}
+	} else {
+		var err error
+		if c.memoryLimit, err = describeMemoryLimit(c.GatewayMemoryLimit, os.Getenv); err != nil {
+			bad("-gateway-memory-limit: %v", err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// describeMemoryLimit says which memory limit a gateway started with flag
+// (the -gateway-memory-limit value) and the environment getenv runs under,
+// read the way the gateway reads it, so that the report states the limit
+// behind its peak RSS.
+func describeMemoryLimit(flag string, getenv func(string) string) (string, error) {
+	env := func(k string) string {
+		if k == "GATEWAY_MEMORY_LIMIT" && flag != "" {
+			return flag
+		}
+		return getenv(k)
+	}
+	limit := env("GATEWAY_MEMORY_LIMIT")
+	if limit == "" {
+		if v := getenv("GOMEMLIMIT"); v != "" {
+			return "GOMEMLIMIT=" + v + " (from the environment)", nil
+		}
+		return "none", nil
+	}
+	s, err := gwconfig.LoadSettings(func(k string) string {
+		switch k {
+		case "GATEWAY_MEMORY_LIMIT", "GATEWAY_MEMORY_LIMIT_RATIO":
+			return env(k)
+		}
+		return ""
+	})
+	if err != nil {
+		return "", err
+	}
+	from := "-gateway-memory-limit"
+	if flag == "" {
+		from = "the environment"
+	}
+	return fmt.Sprintf("GATEWAY_MEMORY_LIMIT=%s (from %s): Go runtime soft limit %.1f MiB (ratio %g)",
+		limit, from, float64(s.SoftMemoryLimit())/(1<<20), s.MemoryLimitRatio), nil
 }
 
 func (c *config) runs(system string) bool { return slices.Contains(c.Systems, system) }

@@ -346,6 +346,8 @@ func TestConfigRefusesWhatIsNotLoopbackOrBounded(t *testing.T) {
 		{"-systems", "op,pgbench"}, {"-systems", ""},
 		{"-target-pid", "7"},
 		{"-mem-delay", "1m"},
+		{"-gateway-memory-limit", "56MB"},
+		{"-gateway-memory-limit", "56MiB", "-target", "http://127.0.0.1:8080"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
@@ -356,10 +358,47 @@ func TestConfigRefusesWhatIsNotLoopbackOrBounded(t *testing.T) {
 		{"-postgres-url", "postgres://u:p@localhost:5432/x"},
 		{"-target", "http://[::1]:8080", "-target-pid", "7"},
 		{"-systems", "ackgate", "-redis-addr", "127.0.0.1:6379"},
+		{"-gateway-memory-limit", "56MiB"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err != nil {
 			t.Errorf("%q: %v", args, err)
 		}
+	}
+}
+
+// The report states the limit the gateway ran under as the gateway reads
+// it: the flag over the environment, its soft limit at the ratio.
+func TestDescribeMemoryLimit(t *testing.T) {
+	t.Parallel()
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		env  func(string) string
+		want string
+	}{
+		{"", env(), "none"},
+		{"", env("GOMEMLIMIT", "100MiB"), "GOMEMLIMIT=100MiB (from the environment)"},
+		{"56MiB", env(), "GATEWAY_MEMORY_LIMIT=56MiB (from -gateway-memory-limit): Go runtime soft limit 50.4 MiB (ratio 0.9)"},
+		{"64MiB", env("GATEWAY_MEMORY_LIMIT", "1GiB", "GATEWAY_MEMORY_LIMIT_RATIO", "0.5"),
+			"GATEWAY_MEMORY_LIMIT=64MiB (from -gateway-memory-limit): Go runtime soft limit 32.0 MiB (ratio 0.5)"},
+		{"", env("GATEWAY_MEMORY_LIMIT", "256MiB"), "GATEWAY_MEMORY_LIMIT=256MiB (from the environment): Go runtime soft limit 230.4 MiB (ratio 0.9)"},
+	} {
+		got, err := describeMemoryLimit(c.flag, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flag %q: %q, %v; want %q", c.flag, got, err, c.want)
+		}
+	}
+	if _, err := describeMemoryLimit("lots", env()); err == nil {
+		t.Error("a size that is not one was accepted")
 	}
 }
 

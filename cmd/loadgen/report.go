@@ -135,6 +135,9 @@ func (r *report) printPhase(w io.Writer, p phaseResult) {
 		fmt.Fprintf(w, ", downstream answering after %s", r.cfg.MemDelay)
 	}
 	fmt.Fprintln(w, " ==")
+	if p.name == "mem" {
+		fmt.Fprintf(w, "  gateway memory limit: %s\n", r.cfg.memoryLimit)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tmsgs/s\tp50\tp90\tp99\tmax\tpg xacts/msg\tWAL B/msg\tWAL net\tredis cmds/msg\tdownstream/msg\tnot acked\t")
 	for _, s := range p.systems {
@@ -334,7 +337,7 @@ func (r *report) goals() []goal {
 	agm, okAgm := mem.get(sysAckgate)
 	gs = append(gs, goal{name: fmt.Sprintf("gateway peak RSS at %d in flight", r.cfg.MemC), unit: " MiB", target: 64, atLeast: false,
 		value: float64(agm.peakRSS) / (1 << 20), missing: !okMem || !okAgm || agm.peakRSS == 0,
-		inputs: "VmHWM"})
+		inputs: "VmHWM; memory limit: " + strings.SplitN(r.cfg.memoryLimit, ":", 2)[0]})
 	return gs
 }
 

@@ -196,7 +196,7 @@ func (b *bench) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel)
+	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel, cfg.GatewayMemoryLimit)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ func TestShortRealRun(t *testing.T) {
 	cfg, err := parseFlags([]string{
 		"-n", "200", "-c", "4", "-n1", "20", "-mem-n", "100", "-mem-c", "50", "-mem-delay", "20ms",
 		"-warmup", "10", "-redeliver", "0.1", "-sns", "0.1", "-idle", "500ms", "-quiet",
+		"-gateway-memory-limit", "512MiB",
 	}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +31,9 @@ func TestShortRealRun(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	t.Logf("report:\n%s", out.String())
+	if want := "gateway memory limit: GATEWAY_MEMORY_LIMIT=512MiB (from -gateway-memory-limit)"; !strings.Contains(out.String(), want) {
+		t.Errorf("the report does not say %q", want)
+	}
 
 	check := func(phase, system string, n int) systemResult {
 		t.Helper()

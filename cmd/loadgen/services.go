@@ -298,7 +298,10 @@ type gatewayProcess struct {
 // same database with the pool parameters (pool_max_conns...) that only the
 // serving pool understands: migrate passes the URL's parameters to the
 // server, which refuses them.
-func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, downstreamURL, logLevel string) (*gatewayProcess, error) {
+//
+// memoryLimit, when set, is the gateway's GATEWAY_MEMORY_LIMIT; it replaces
+// one from this process's environment.
+func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, downstreamURL, logLevel, memoryLimit string) (*gatewayProcess, error) {
 	routes := filepath.Join(dir, "routes.yaml")
 	if err := os.WriteFile(routes, []byte(routesYAML(downstreamURL)), 0o600); err != nil {
 		return nil, err
@@ -325,6 +328,10 @@ func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, dow
 		"GATEWAY_LANES_REFRESH=1h",
 		"GATEWAY_PURGE_INTERVAL=24h",
 	)
+	if memoryLimit != "" {
+		// exec keeps the last of two values of one variable.
+		env = append(env, "GATEWAY_MEMORY_LIMIT="+memoryLimit)
+	}
 	mig := exec.CommandContext(ctx, bin, "migrate")
 	mig.Env = append(env, "GATEWAY_DATABASE_URL="+dbURL)
 	if out, err := mig.CombinedOutput(); err != nil {

@@ -1,11 +1,14 @@
 package wiring_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,12 @@ import (
 // afterGateway is a migrated gateway on a fresh database and a private
 // Redis, with one route whose downstream confirms every call.
 func afterGateway(t *testing.T) (*wiring.Gateway, *gate.Route) {
+	t.Helper()
+	return afterGatewayLogged(t, nil)
+}
+
+// afterGatewayLogged is afterGateway logging to log (nil: slog's default).
+func afterGatewayLogged(t *testing.T, log *slog.Logger) (*wiring.Gateway, *gate.Route) {
 	t.Helper()
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusCreated)
@@ -48,6 +57,7 @@ func afterGateway(t *testing.T) (*wiring.Gateway, *gate.Route) {
 		t.Fatal(err)
 	}
 	o.Routes = routes
+	o.Logger = log
 	gw, err := wiring.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -305,4 +315,84 @@ func TestDrainPastItsDeadlineLeavesWorkUndone(t *testing.T) {
 	if err := pause.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A drain cut short while results are still queued leaves their ack marks
+// unwritten, and says so for each operation by id: the operations stay
+// ack_pending, none is left so silently.
+func TestDrainCutShortNamesEveryOperationLeftAckPending(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	gw, route := afterGatewayLogged(t, slog.New(slog.NewJSONHandler(&logs, nil)))
+	// More than the two workers can take in their first batches, so that
+	// some results are still queued when the drain gives up.
+	const n = 2*gate.DefaultAfterBatch + 8
+	results := make([]*gate.Result, n)
+	for i := range results {
+		results[i] = deliverAcked(t, gw, route, fmt.Sprintf("queued-%d", i))
+	}
+	pause := redis.NewClient(&redis.Options{Addr: gw.Redis.(*redis.Client).Options().Addr})
+	t.Cleanup(func() { pause.Close() })
+	// The workers' releases wait on the paused writes, so each takes one
+	// batch and no more.
+	if err := pause.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
+		gw.After.Finish(context.Background(), res, true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := gw.Drain(ctx)
+	if err == nil {
+		t.Fatal("a drain cut short reported nothing left undone")
+	}
+	if err := pause.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, res := range results {
+		rec, err := gw.Ledger.Get(context.Background(), res.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State == gate.StateAckPending {
+			left = append(left, res.OperationID)
+		}
+	}
+	if len(left) < n-2*gate.DefaultAfterBatch {
+		t.Fatalf("%d of %d operations left ack_pending; want at least the %d the workers could not take", len(left), n, n-2*gate.DefaultAfterBatch)
+	}
+	if !strings.Contains(err.Error(), "queued results left undone") {
+		t.Errorf("drain error %q does not say how many queued results it left", err)
+	}
+	// Queued results are named as the drain gives up; those of the batches
+	// it cancelled, by their failed ack marks.
+	text := logs.String()
+	for _, id := range left {
+		if !strings.Contains(text, `"operation_id":"`+id+`"`) {
+			t.Errorf("%s left ack_pending without a log line naming it", id)
+		}
+	}
+	if gw.After.Pending() != 0 {
+		t.Errorf("%d results still counted as pending after the drain", gw.After.Pending())
+	}
+}
+
+// syncBuffer is a log destination the gateway's goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
