@@ -63,8 +63,8 @@ func TestCallsCarryTheirTrace(t *testing.T) {
 		t.Errorf("client span %q with parent %s; want HTTP POST under the delivery's %s", client.Name(), client.Parent().SpanID(), parent.SpanContext().SpanID())
 	}
 	for key, want := range map[string]string{"http.request.method": "POST", "http.response.status_code": "204", "url.path": "/effects", "server.address": "127.0.0.1"} {
-		if v, ok := spanAttr(client, key); !ok || v.Emit() != want {
-			t.Errorf("attribute %s = %q (present %v); want %q", key, v.Emit(), ok, want)
+		if v, ok := spanAttr(client, key); !ok || v.String() != want {
+			t.Errorf("attribute %s = %q (present %v); want %q", key, v.String(), ok, want)
 		}
 	}
 	if client.Status().Code == codes.Error {
@@ -96,8 +96,8 @@ func TestCallSpansRecordFailures(t *testing.T) {
 	}
 	for i, want := range []string{"_OTHER", "404"} {
 		s := spans[i]
-		if v, _ := spanAttr(s, "error.type"); s.Status().Code != codes.Error || v.Emit() != want {
-			t.Errorf("span %q: status %+v, error.type %q; want an error of type %s", s.Name(), s.Status(), v.Emit(), want)
+		if v, _ := spanAttr(s, "error.type"); s.Status().Code != codes.Error || v.String() != want {
+			t.Errorf("span %q: status %+v, error.type %q; want an error of type %s", s.Name(), s.Status(), v.String(), want)
 		}
 	}
 	if spans[1].Name() != "HTTP GET" {
