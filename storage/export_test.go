@@ -69,6 +69,14 @@ func (l *Ledger) SendPerChangeOnly() {
 	l.commit.perChangeOnly = true
 }
 
+// SetBasedFrom sends batches of n changes or more set-based, in place of
+// minSetBatch, so that a test's small batches take that path.
+func (l *Ledger) SetBasedFrom(n int) {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	l.commit.setFrom = n
+}
+
 // Encode exposes the wire form of a change.
 func Encode(c *gate.Change) ([]byte, error) { return encode(c) }
 

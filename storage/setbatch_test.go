@@ -198,6 +198,7 @@ func TestSetBasedBatchesWriteWhatPerChangeWrites(t *testing.T) {
 	}
 
 	set, setPool := newLedger(t)
+	set.SetBasedFrom(1)
 	perChange, perChangePool := newLedger(t)
 	perChange.SendPerChangeOnly()
 	for i, b := range batches {
@@ -252,6 +253,7 @@ func TestSetBasedBatchRefusesOnlyItsOwn(t *testing.T) {
 	t.Parallel()
 	f := batchFixture{t}
 	l, _ := newLedger(t)
+	l.SetBasedFrom(1)
 	ops := map[string]*gate.Operation{}
 	for _, n := range []string{"ok-1", "stale", "moved", "ok-2", "taken"} {
 		ops[n] = newOperation("ref-" + n)
@@ -317,6 +319,7 @@ func TestSetBasedBatchFallsBackWhenAGuardRaises(t *testing.T) {
 	t.Parallel()
 	f := batchFixture{t}
 	l, _ := newLedger(t)
+	l.SetBasedFrom(1)
 	ops := map[string]*gate.Operation{}
 	for _, n := range []string{"ok-1", "illegal", "no-attempt", "stale", "ok-2"} {
 		ops[n] = newOperation("fb-" + n)
@@ -364,6 +367,7 @@ func TestBatchWithTwoChangesOfOneOperationGoesPerChange(t *testing.T) {
 	t.Parallel()
 	f := batchFixture{t}
 	l, _ := newLedger(t)
+	l.SetBasedFrom(1)
 	twice, other := newOperation("two-twice"), newOperation("two-other")
 	createPending(t, l, twice)
 	createPending(t, l, other)
@@ -396,6 +400,7 @@ func TestSetBasedBatchFallsBackWhenACreationRaces(t *testing.T) {
 	ctx := context.Background()
 	f := batchFixture{t}
 	l, pool := newLedger(t)
+	l.SetBasedFrom(1)
 	neighbour := newOperation("race-neighbour")
 	createPending(t, l, neighbour)
 	raced := newOperation("race-raced")
@@ -453,6 +458,7 @@ func TestSetBasedBatchIsNotResentWhenItsOutcomeIsUnknown(t *testing.T) {
 	ctx := context.Background()
 	f := batchFixture{t}
 	l, pool := newLedger(t)
+	l.SetBasedFrom(1)
 	a, b := newOperation("kill-a"), newOperation("kill-b")
 	createPending(t, l, a)
 	createPending(t, l, b)
@@ -507,6 +513,7 @@ func TestConcurrentLifecyclesShareSetBasedBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l, _ := newLedger(t)
+	l.SetBasedFrom(1)
 	const n = 24
 	errs := make([]error, n)
 	var wg sync.WaitGroup
