@@ -140,8 +140,9 @@ func newHTTPClient(t *http.Transport) *http.Client {
 	}
 }
 
-// startCall starts a call's client span and puts its trace context on the
-// request's headers, so the downstream's spans join the delivery's trace.
+// startCall starts a call's client span; sendCall puts the call's target on
+// it and its trace context on the request, so the downstream's spans join
+// the delivery's trace.
 //
 // The client does this itself rather than through otelhttp's transport,
 // whose RoundTrip builds attribute sets for HTTP metrics the gateway does
@@ -149,32 +150,27 @@ func newHTTPClient(t *http.Transport) *http.Client {
 // every delivery goroutine past 16 KiB (measured at 1,000 in flight: about
 // 900 goroutines at 32 KiB, 13 MiB more than they need). It also leaves the
 // request and its body untouched, so nothing here can make it replayable.
-func (c *Client) startCall(ctx context.Context, method, target string) (context.Context, trace.Span) {
+func (c *Client) startCall(ctx context.Context, method string) (context.Context, trace.Span) {
 	if c.tracer == nil {
 		return ctx, trace.SpanFromContext(context.Background()) // a no-op span
 	}
-	ctx, span := c.tracer.Start(ctx, "HTTP "+method, trace.WithSpanKind(trace.SpanKindClient))
-	if span.IsRecording() {
-		attrs := []attribute.KeyValue{attribute.String("http.request.method", method)}
-		if u, err := url.Parse(target); err == nil {
-			// The address and path only: a query or user info may hold a
-			// credential.
-			attrs = append(attrs, attribute.String("server.address", u.Hostname()), attribute.String("url.path", u.Path))
-			if port := u.Port(); port != "" {
-				if n, err := strconv.Atoi(port); err == nil {
-					attrs = append(attrs, attribute.Int("server.port", n))
-				}
-			}
-		}
-		span.SetAttributes(attrs...)
-	}
-	return ctx, span
+	return c.tracer.Start(ctx, "HTTP "+method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", method)))
 }
 
-// inject puts the call's trace context on r.
-func (c *Client) inject(ctx context.Context, r *http.Request) {
+// traceCall describes r's target on its span, from the URL the request
+// already parsed, and injects the span's trace context into r's headers.
+func (c *Client) traceCall(span trace.Span, r *http.Request) {
+	if span.IsRecording() {
+		// The address and path only: a query or user info may hold a
+		// credential.
+		span.SetAttributes(attribute.String("server.address", r.URL.Hostname()), attribute.String("url.path", r.URL.Path))
+		if n, err := strconv.Atoi(r.URL.Port()); err == nil {
+			span.SetAttributes(attribute.Int("server.port", n))
+		}
+	}
 	if c.propagators != nil {
-		c.propagators.Inject(ctx, propagation.HeaderCarrier(r.Header))
+		c.propagators.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	}
 }
 
@@ -246,7 +242,7 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 
 	var tr sendTrace
 	m := method(spec.Method)
-	callCtx, span := c.startCall(callCtx, m, spec.URL)
+	callCtx, span := c.startCall(callCtx, m)
 	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), m, spec.URL, body)
 	if err != nil {
 		endCall(span, nil, err)
@@ -254,7 +250,7 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: "not sent: effect method or url is invalid"}
 	}
 	setHeaders(hreq, spec, req, contentType)
-	c.inject(callCtx, hreq)
+	c.traceCall(span, hreq)
 
 	hc := c.http
 	if req.Route.Shape == gate.ShapeUnsafe {
@@ -298,14 +294,14 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 	defer cancel()
 
 	u := strings.ReplaceAll(spec.LookupURL, "{key}", escapeKey(req.IdempotencyKey))
-	callCtx, span := c.startCall(callCtx, http.MethodGet, u)
+	callCtx, span := c.startCall(callCtx, http.MethodGet)
 	hreq, err := http.NewRequestWithContext(callCtx, http.MethodGet, u, nil)
 	if err != nil {
 		endCall(span, nil, err)
 		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "lookup url is invalid"}
 	}
 	setHeaders(hreq, spec, req, "")
-	c.inject(callCtx, hreq)
+	c.traceCall(span, hreq)
 
 	resp, err := c.http.Do(hreq)
 	defer func() { endCall(span, resp, err) }()
