@@ -15,17 +15,17 @@ func (l *Ledger) SendBatch(changes []*gate.Change) []error {
 		if err != nil {
 			panic(err)
 		}
-		batch[i] = &pending{id: c.OperationID, wire: wire, set: setBased(c.Kind), done: make(chan error, 1)}
+		batch[i] = &pending{id: c.OperationID, wire: wire, done: make(chan error, 1)}
 	}
 	return l.sendAll(batch)
 }
 
 // SendRaw sends wire forms as they are, to break the shared statement
-// itself; they go the set-based way first.
+// itself.
 func (l *Ledger) SendRaw(ids []string, wires [][]byte) []error {
 	batch := make([]*pending, len(ids))
 	for i := range ids {
-		batch[i] = &pending{id: ids[i], wire: wires[i], set: true, done: make(chan error, 1)}
+		batch[i] = &pending{id: ids[i], wire: wires[i], done: make(chan error, 1)}
 	}
 	return l.sendAll(batch)
 }
@@ -66,7 +66,7 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 func (l *Ledger) SendPerChangeOnly() {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
-	l.commit.perChangeOnly = true
+	l.commit.setFrom = maxBatch + 1
 }
 
 // SetBasedFrom sends batches of n changes or more set-based, in place of

@@ -171,7 +171,7 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if err != nil {
 		return fmt.Errorf("storage: write: %w", err)
 	}
-	return l.write(ctx, c.OperationID, wire, setBased(c.Kind))
+	return l.write(ctx, c.OperationID, wire)
 }
 
 // checkChange refuses a change no constructor in gate builds, before it
@@ -294,7 +294,7 @@ func (l *Ledger) RecordDelivery(ctx context.Context, d *gate.Delivery) error {
 	if err != nil {
 		return err
 	}
-	return l.write(ctx, d.OperationID, wire, true)
+	return l.write(ctx, d.OperationID, wire)
 }
 
 // AnswerDelivery implements gate.Ledger: it fills in the decision of the

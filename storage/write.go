@@ -67,8 +67,6 @@ const minSetBatch = 6
 type pending struct {
 	id   string
 	wire []byte
-	// set says the change is of a shape ackgate_write_batch applies.
-	set  bool
 	done chan error
 }
 
@@ -82,11 +80,8 @@ type committer struct {
 	// paths counts how batches were applied, for the tests and benchmarks
 	// that check which way a batch went.
 	paths BatchPaths
-	// perChangeOnly sends every batch through ackgate_write, the way
-	// before migration 0017: the baseline of the equivalence tests.
-	perChangeOnly bool
-	// setFrom, when set, replaces minSetBatch, so tests can send small
-	// batches set-based.
+	// setFrom, when set, replaces minSetBatch: tests send small batches
+	// set-based, or none (above maxBatch) for the per-change baseline.
 	setFrom int
 }
 
@@ -98,18 +93,17 @@ type BatchPaths struct {
 	// FellBack batches raised in ackgate_write_batch, which took all of it
 	// back, and were sent again change by change.
 	FellBack int
-	// PerChange batches were smaller than minSetBatch or held what the
-	// set-based function does not apply (two changes of one operation),
-	// and went change by change at once.
+	// PerChange batches were smaller than minSetBatch or held two changes
+	// of one operation, and went change by change at once.
 	PerChange int
 }
 
 // write queues one encoded change and returns its own answer.
-func (l *Ledger) write(ctx context.Context, id string, wire []byte, set bool) error {
+func (l *Ledger) write(ctx context.Context, id string, wire []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p := &pending{id: id, wire: wire, set: set, done: make(chan error, 1)}
+	p := &pending{id: id, wire: wire, done: make(chan error, 1)}
 	c := &l.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
@@ -151,9 +145,10 @@ func (l *Ledger) flush() {
 // same order and cannot deadlock each other.
 //
 // A batch goes to ackgate_write_batch when it has at least minSetBatch
-// changes, and every change in it names an operation of its own and is of
-// a kind it applies. That is decided here,
-// before sending, rather than by a marker from the server: the function
+// changes and every change in it names an operation of its own; every kind
+// that reaches write is one the function applies (Write sends handoffs and
+// interventions their own ways). That is decided here, before sending,
+// rather than by a marker from the server: the function
 // judges every change against the rows as the batch found them, while the
 // second change of an operation must be judged after the first is written,
 // and a round trip to learn so would cost more than the check. If the
@@ -165,10 +160,10 @@ func (l *Ledger) flush() {
 func (l *Ledger) send(batch []*pending) {
 	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.id, b.id) })
 	arg := make([]string, len(batch))
-	set := !l.commit.perChangeOnly && len(batch) >= cmp.Or(l.commit.setFrom, minSetBatch)
+	set := len(batch) >= cmp.Or(l.commit.setFrom, minSetBatch)
 	for i, p := range batch {
 		arg[i] = string(p.wire)
-		set = set && p.set && (i == 0 || batch[i-1].id != p.id)
+		set = set && (i == 0 || batch[i-1].id != p.id)
 	}
 	// The batch belongs to no single caller, so no caller's context may
 	// cancel it halfway; it is bounded on its own.
@@ -275,17 +270,6 @@ func (l *Ledger) GroupCommitPaths() BatchPaths {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
 	return l.commit.paths
-}
-
-// setBased says whether ackgate_write_batch applies changes of kind k;
-// the intervening kinds and handoffs are written elsewhere anyway.
-func setBased(k gate.ChangeKind) bool {
-	switch k {
-	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
-		gate.ChangeRetryLater, gate.ChangeAcked:
-		return true
-	}
-	return false
 }
 
 // The wire form of a change: what ackgate_write reads. Times are cut to the
