@@ -1,14 +1,12 @@
 package wiring_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -170,11 +168,7 @@ func TestFullQueueRunsWorkOnTheCaller(t *testing.T) {
 		results[i] = deliverAcked(t, gw, route, fmt.Sprintf("full-%d", i))
 	}
 	after := gate.NewAfterAnswer(gw.Reservations, nil, gate.AfterAnswerOptions{Queue: 1, Workers: 1})
-	pause := redis.NewClient(&redis.Options{Addr: gw.Redis.(*redis.Client).Options().Addr})
-	t.Cleanup(func() { pause.Close() })
-	if err := pause.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	pause := pauseRedisWrites(t, gw)
 	unpaused := false
 	unpause := func() {
 		if !unpaused {
@@ -280,11 +274,7 @@ func TestDrainPastItsDeadlineLeavesWorkUndone(t *testing.T) {
 	for i := range results {
 		results[i] = deliverAcked(t, gw, route, fmt.Sprintf("late-%d", i))
 	}
-	pause := redis.NewClient(&redis.Options{Addr: gw.Redis.(*redis.Client).Options().Addr})
-	t.Cleanup(func() { pause.Close() })
-	if err := pause.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	pause := pauseRedisWrites(t, gw)
 	for _, res := range results {
 		gw.After.Finish(context.Background(), res, true)
 	}
@@ -312,9 +302,7 @@ func TestDrainPastItsDeadlineLeavesWorkUndone(t *testing.T) {
 			t.Errorf("%s: lease released by a drain that was cut short", res.OperationID)
 		}
 	}
-	if err := pause.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	unpauseRedis(t, pause)
 }
 
 // A drain cut short while results are still queued leaves their ack marks
@@ -322,7 +310,7 @@ func TestDrainPastItsDeadlineLeavesWorkUndone(t *testing.T) {
 // ack_pending, none is left so silently.
 func TestDrainCutShortNamesEveryOperationLeftAckPending(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	gw, route := afterGatewayLogged(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	// More than the two workers can take in their first batches, so that
 	// some results are still queued when the drain gives up.
@@ -331,13 +319,9 @@ func TestDrainCutShortNamesEveryOperationLeftAckPending(t *testing.T) {
 	for i := range results {
 		results[i] = deliverAcked(t, gw, route, fmt.Sprintf("queued-%d", i))
 	}
-	pause := redis.NewClient(&redis.Options{Addr: gw.Redis.(*redis.Client).Options().Addr})
-	t.Cleanup(func() { pause.Close() })
 	// The workers' releases wait on the paused writes, so each takes one
 	// batch and no more.
-	if err := pause.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	pause := pauseRedisWrites(t, gw)
 	for _, res := range results {
 		gw.After.Finish(context.Background(), res, true)
 	}
@@ -347,9 +331,7 @@ func TestDrainCutShortNamesEveryOperationLeftAckPending(t *testing.T) {
 	if err == nil {
 		t.Fatal("a drain cut short reported nothing left undone")
 	}
-	if err := pause.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	unpauseRedis(t, pause)
 	var left []string
 	for _, res := range results {
 		rec, err := gw.Ledger.Get(context.Background(), res.OperationID)
@@ -379,20 +361,22 @@ func TestDrainCutShortNamesEveryOperationLeftAckPending(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the gateway's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// pauseRedisWrites holds back every write command to the gateway's Redis
+// (reads still run) and returns a client of its own to read with and to
+// unpause by.
+func pauseRedisWrites(t *testing.T, gw *wiring.Gateway) *redis.Client {
+	t.Helper()
+	pause := redis.NewClient(&redis.Options{Addr: gw.Redis.(*redis.Client).Options().Addr})
+	t.Cleanup(func() { pause.Close() })
+	if err := pause.Do(context.Background(), "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return pause
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func unpauseRedis(t *testing.T, pause *redis.Client) {
+	t.Helper()
+	if err := pause.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
 }
