@@ -3,14 +3,11 @@ package storage
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ackgate/ackgate/gate"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The two shapes whose evidence is a commit write outside the shared
@@ -93,134 +90,4 @@ func (l *Ledger) Apply(ctx context.Context, start *gate.Change, req *gate.Effect
 		return writeIn(ctx, tx, c)
 	})
 	return translate("local", err)
-}
-
-// runLocal runs the statement and classifies what it did. Only a failure
-// of the transaction itself (the connection, the caller's deadline) is an
-// error; the statement's own failures are outcomes, already rolled back.
-func runLocal(ctx context.Context, tx pgx.Tx, spec *gate.LocalSpec, req *gate.EffectRequest) (gate.EffectResult, error) {
-	args, bad := localArgs(spec, req)
-	if bad != "" {
-		return gate.EffectResult{Outcome: gate.OutcomeTerminal, Reason: bad}, nil
-	}
-	if _, err := tx.Exec(ctx, `SAVEPOINT local_effect`); err != nil {
-		return gate.EffectResult{}, err
-	}
-	setup := fmt.Sprintf(`SET LOCAL statement_timeout = %d`, max(spec.Timeout.Milliseconds(), 1))
-	if spec.Role != "" {
-		setup += `; SET LOCAL ROLE ` + pgx.Identifier{spec.Role}.Sanitize()
-	}
-	var (
-		value any
-		res   gate.EffectResult
-	)
-	_, err := tx.Exec(ctx, setup)
-	if err == nil {
-		err = tx.QueryRow(ctx, spec.SQL, args...).Scan(&value)
-	}
-	switch {
-	case err == nil:
-		id := resultText(value)
-		if value == nil || id == "" {
-			res = gate.EffectResult{Outcome: gate.OutcomeTerminal, Reason: "the statement returned no result id"}
-		} else {
-			res = gate.EffectResult{Outcome: gate.OutcomeConfirmed, ResultID: gate.Bound(id, gate.MaxReason)}
-		}
-	case errors.Is(err, pgx.ErrNoRows):
-		res = gate.EffectResult{Outcome: gate.OutcomeTerminal, Reason: "the statement returned no row: nothing evidences its effect"}
-	default:
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) && ctx.Err() != nil {
-			return gate.EffectResult{}, err // the transaction is gone with the context
-		}
-		res = classifyLocal(err)
-	}
-	if res.Outcome == gate.OutcomeConfirmed {
-		// Back to the gateway's own role and no statement timeout for the
-		// evidence that follows.
-		_, err = tx.Exec(ctx, `RELEASE SAVEPOINT local_effect; RESET ROLE; SET LOCAL statement_timeout = 0`)
-	} else {
-		// Takes back the statement's writes and the role and timeout with them.
-		_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT local_effect`)
-	}
-	if err != nil {
-		return gate.EffectResult{}, err
-	}
-	return res, nil
-}
-
-// classifyLocal sorts a failed statement: what a retry may cure (a timeout,
-// a serialization failure, a lock or resource shortage) is retryable; a
-// statement the data or the schema refuses is terminal. The reason names
-// the SQLSTATE and constraint, never the message, which may quote data.
-func classifyLocal(err error) gate.EffectResult {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		// Not the server's answer (the statement's result could not be
-		// read): its writes are rolled back, so trying again is safe.
-		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: gate.Bound("statement failed: "+err.Error(), gate.MaxReason)}
-	}
-	reason := "SQLSTATE " + pe.Code
-	if pe.ConstraintName != "" {
-		reason += " (constraint " + pe.ConstraintName + ")"
-	}
-	switch {
-	case pe.Code == "57014":
-		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: reason + ": statement timeout"}
-	case strings.HasPrefix(pe.Code, "40"), strings.HasPrefix(pe.Code, "53"), pe.Code == "55P03", pe.Code == "55006":
-		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: reason}
-	case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "23"), strings.HasPrefix(pe.Code, "42"),
-		strings.HasPrefix(pe.Code, "2B"), strings.HasPrefix(pe.Code, "P0"):
-		return gate.EffectResult{Outcome: gate.OutcomeTerminal, Reason: reason}
-	}
-	return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: reason}
-}
-
-// localArgs binds the statement's parameters, or says why the message
-// cannot be bound (a terminal outcome: it will not change on retry).
-func localArgs(spec *gate.LocalSpec, req *gate.EffectRequest) ([]any, string) {
-	m := req.Message
-	args := make([]any, 0, len(spec.Params))
-	for i, p := range spec.Params {
-		switch p.Kind {
-		case gate.ParamDataJSON:
-			if !json.Valid(m.Data) {
-				return nil, fmt.Sprintf("parameter $%d: the message data is not JSON", i+1)
-			}
-			args = append(args, json.RawMessage(m.Data))
-		case gate.ParamDataBytes:
-			args = append(args, nonNilBytes(m.Data))
-		case gate.ParamIdempotencyKey:
-			args = append(args, req.IdempotencyKey)
-		case gate.ParamOperationID:
-			args = append(args, req.OperationID)
-		case gate.ParamMessageID:
-			args = append(args, m.MessageID)
-		case gate.ParamAttribute:
-			if v, ok := m.Attributes[p.Name]; ok {
-				args = append(args, v)
-			} else {
-				args = append(args, nil)
-			}
-		default:
-			return nil, fmt.Sprintf("parameter $%d: unknown kind %q", i+1, p.Kind)
-		}
-	}
-	return args, ""
-}
-
-// resultText is the statement's returned value as the result id: text as
-// it is, a uuid in its usual form, anything else as Go prints it.
-func resultText(v any) string {
-	switch x := v.(type) {
-	case string:
-		return strings.TrimSpace(x)
-	case []byte:
-		return strings.TrimSpace(string(x))
-	case [16]byte:
-		return fmt.Sprintf("%x-%x-%x-%x-%x", x[0:4], x[4:6], x[6:8], x[8:10], x[10:16])
-	case nil:
-		return ""
-	}
-	return strings.TrimSpace(fmt.Sprint(v))
 }
