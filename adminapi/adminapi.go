@@ -16,16 +16,30 @@ import (
 )
 
 // Record is an operation's whole evidence as the ledger holds it: the
-// operation and every row recorded about it.
+// operation with its first delivery and attempt, and whatever happened off
+// the common path, each list oldest first.
 type Record struct {
 	gate.Operation
 	Deliveries []gate.Delivery `json:"deliveries"`
 	Attempts   []gate.Attempt  `json:"attempts"`
-	Events     []Event         `json:"events"`
-	// DeadLetters has at most one entry: a message leaves circulation once.
+	// Events is the operation's history, one entry per transition.
+	Events []Event `json:"events"`
+	// DeadLetters lists every time the gateway took the message out of
+	// circulation (a replayed operation may be dead-lettered again).
 	DeadLetters []gate.DeadLetter `json:"dead_letters"`
-	// Interventions are operators' resolutions, oldest first.
+	// Interventions are operators' resolutions.
 	Interventions []gate.Intervention `json:"manual_interventions"`
+	// LeaseEvents are what happened to leases apart from the effect.
+	LeaseEvents []LeaseEvent `json:"lease_events"`
+}
+
+// LeaseEvent is a lease that an owner found gone during its call ("lost"),
+// or one taken from a reservation store that had lost the operation's
+// fencing counter ("reset").
+type LeaseEvent struct {
+	Kind  string    `json:"kind"`
+	Fence int64     `json:"fence"`
+	At    time.Time `json:"at"`
 }
 
 // Event is one entry of an operation's transition log.
@@ -48,6 +62,13 @@ type ListFilter struct {
 	// MessageID matches any delivery of the operation.
 	MessageID string
 	Key       string
+	// ByKey and ByMessage are the operation ids Key and MessageID name on
+	// the routes (an id is derived from its route and key; see
+	// gate.Route.OperationID): the one a key names on each route, the one a
+	// message id names on each route keyed on message ids. The admin API
+	// fills them from its routes; the store finds those operations, their
+	// conflict records, and, for MessageID, the deliveries of other routes.
+	ByKey, ByMessage []string
 	// Limit defaults to 50 and is capped at 500.
 	Limit int
 	// Cursor is the next_cursor of the previous page; "" starts from the newest.
@@ -72,6 +93,7 @@ type EvidenceRecord struct {
 	// ManualInterventions are operators' resolutions, oldest first; the
 	// newest is summarised in Evidence.ManualIntervention.
 	ManualInterventions []gate.Intervention `json:"manual_interventions"`
+	LeaseEvents         []LeaseEvent        `json:"lease_events"`
 	Contract            *gate.Route         `json:"contract,omitempty"`
 	Links               map[string]string   `json:"links,omitempty"`
 }
@@ -228,4 +250,28 @@ type DeadLetterFilter struct {
 type DeadLetterList struct {
 	DeadLetters []DeadLetterEntry `json:"dead_letters"`
 	NextCursor  string            `json:"next_cursor,omitempty"`
+}
+
+// ByKey is the ids of the operations key names, one per route (see
+// ListFilter.ByKey): only route's when route is not "".
+func ByKey(routes []*gate.Route, route, key string) []string {
+	var ids []string
+	for _, r := range routes {
+		if route == "" || r.Name == route {
+			ids = append(ids, r.OperationID(key))
+		}
+	}
+	return ids
+}
+
+// ByMessage is the ids of the operations messageID names on the routes
+// keyed on message ids (see ListFilter.ByMessage).
+func ByMessage(routes []*gate.Route, route, messageID string) []string {
+	var ids []string
+	for _, r := range routes {
+		if (route == "" || r.Name == route) && r.Key.Kind == gate.KeyMessageID {
+			ids = append(ids, r.OperationID(messageID))
+		}
+	}
+	return ids
 }

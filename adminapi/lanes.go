@@ -17,8 +17,10 @@ import (
 type LaneFilter struct {
 	State gate.State
 	Route string
-	// MessageID matches any delivery of the operation.
+	// MessageID matches any delivery of the operation; ByMessage is the
+	// operation ids it names (as adminapi.ListFilter's).
 	MessageID string
+	ByMessage []string
 	// Limit defaults to 50 and is capped at 500.
 	Limit int
 	// Cursor is the Next of the previous page; "" starts from the oldest.

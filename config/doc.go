@@ -116,7 +116,8 @@
 //	                  (at least interval), rate_per_second 5 (per replica,
 //	                  at most 1000); how the reconciler works the route's
 //	                  indeterminate lane
-//	max_attempts      5 (1 to 100)
+//	max_attempts      5 (1 to 100); counts every call to the downstream,
+//	                  effect calls and lookups alike
 //	dead_letter       broker | gateway; default broker
 //	ack_deadline      pubsub: 10s (10s to 600s, the subscription's value);
 //	                  sns: always 15s

@@ -123,7 +123,7 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		} else {
 			var page adminapi.LanePage
 			page, err = c.o.Ledger.LanePage(r.Context(), adminapi.LaneFilter{State: p.State, Route: p.Route,
-				MessageID: p.MessageID, Cursor: p.Cursor, Limit: pageSize})
+				MessageID: p.MessageID, ByMessage: c.byMessage(p), Cursor: p.Cursor, Limit: pageSize})
 			p.Entries, p.Next = c.rows(page.Entries), page.Next
 		}
 		switch {
@@ -137,11 +137,20 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, status, "lanes.html", p)
 }
 
+// byMessage is the ids p's message id names on the routes keyed on it.
+func (c *Console) byMessage(p lanesPage) []string {
+	if p.MessageID == "" {
+		return nil
+	}
+	return adminapi.ByMessage(c.o.Routes, p.Route, p.MessageID)
+}
+
 // everyState finds a message id's operations whatever their state.
 func (c *Console) everyState(r *http.Request, p lanesPage) ([]laneRow, string, error) {
 	var all []adminapi.LaneEntry
 	for _, s := range gate.States {
-		page, err := c.o.Ledger.LanePage(r.Context(), adminapi.LaneFilter{State: s, Route: p.Route, MessageID: p.MessageID, Limit: pageSize})
+		page, err := c.o.Ledger.LanePage(r.Context(), adminapi.LaneFilter{State: s, Route: p.Route, MessageID: p.MessageID,
+			ByMessage: c.byMessage(p), Limit: pageSize})
 		if err != nil {
 			return nil, "", err
 		}

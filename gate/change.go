@@ -60,6 +60,11 @@ type Change struct {
 
 	// Start is the attempt a ChangeStart opens.
 	Start *Attempt
+	// Lookup is a lookup of the effect the writer made before this change
+	// (a delivery's lookup-first, a lookup after its own attempt lost its
+	// response, the reconciler's check): an attempt of its own, recorded
+	// finished, numbered before any attempt the change starts.
+	Lookup *Attempt
 	// ResultID is the evidence a ChangeConfirm commits (its time is At).
 	ResultID string
 	// Lane is who settles a ChangeIndeterminate.
@@ -86,9 +91,6 @@ type Intervene struct {
 	Owner string
 	// Intervention is the operator's, on ChangeResolve.
 	Intervention *Intervention
-	// Lookup is the reconciler's finished lookup, on ChangeReconcile; its N
-	// is the next attempt number.
-	Lookup *Attempt
 	// Grant, when not zero, is the new Operation.Grant.
 	Grant int
 	// NextCheckAt and Checks are the reconciler's schedule after this
@@ -98,16 +100,26 @@ type Intervene struct {
 }
 
 // Claim is the first write of a delivery that took the operation's lease:
-// it creates the operation (Row set) or takes it under a higher fence, and
-// records the delivery in the same commit.
+// it creates the operation (Row set, through Ledger.Claim) or takes it under
+// a higher fence (through Ledger.Write).
 type Claim struct {
 	// Row is the whole new operation when the claim creates it; nil when
 	// the operation exists.
 	Row           *Operation
 	Owner         string
 	LeaseDeadline time.Time
-	TraceID       string
-	Delivery      *Delivery
+	// Delivery is the claiming delivery: recorded as the operation's first
+	// when the claim creates it; when it takes an existing operation, the
+	// further delivery Ledger.Claim recorded already (its N set), which the
+	// claim marks with the fence it took.
+	Delivery *Delivery
+	// Reset says the lease came from a reservation store that had lost the
+	// operation's counter (Lease.Reset).
+	Reset bool
+	// AckedAnswer is what a creating claim's delivery is told when it finds
+	// the operation already acknowledged instead (see Ledger.Claim):
+	// RedeliveredAfterAck, recorded with the delivery by the same statement.
+	AckedAnswer *Answer
 }
 
 // Settle is a write by the delivery that already holds the operation,
@@ -143,9 +155,9 @@ type Writer struct {
 
 // Claiming is a delivery taking the lease on op (nil: creating row) under
 // the lease's fence.
-func Claiming(op, row *Operation, lease Lease, d *Delivery, traceID string) Writer {
+func Claiming(op, row *Operation, lease Lease, d *Delivery) Writer {
 	w := Writer{fence: lease.Fence, claim: &Claim{
-		Owner: lease.Owner, LeaseDeadline: lease.Expires, TraceID: traceID, Delivery: d,
+		Owner: lease.Owner, LeaseDeadline: lease.Expires, Delivery: d, Reset: lease.Reset,
 	}}
 	if op == nil {
 		w.opID, w.claim.Row = row.ID, row
@@ -234,7 +246,7 @@ func ResolveChange(w Writer, steps []Step, iv *Intervention, grant int, resultID
 // pending_effect with grant, or no steps and the next check.
 func ReconcileChange(w Writer, steps []Step, lookup *Attempt, resultID string, grant int, next *time.Time, checks int, reason string, at time.Time) *Change {
 	c := w.change(ChangeReconcile, steps, reason, at)
-	c.Intervene = &Intervene{Owner: w.owner, Lookup: lookup, Grant: grant, NextCheckAt: next, Checks: checks}
-	c.ResultID = resultID
+	c.Intervene = &Intervene{Owner: w.owner, Grant: grant, NextCheckAt: next, Checks: checks}
+	c.ResultID, c.Lookup = resultID, lookup
 	return c
 }

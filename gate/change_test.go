@@ -19,18 +19,18 @@ func TestNamedChanges(t *testing.T) {
 	row := &Operation{ID: "op_new", ScopeKey: "s"}
 	d := &Delivery{MessageID: "m-1"}
 	fin := &Attempt{N: 2, Outcome: OutcomeUnknown}
-	ans := &Answer{Owner: "gw-1/abc", Decision: Nack, Reason: "r"}
+	ans := &Answer{N: 2, Decision: Nack, Reason: "r"}
 	steps := []Step{{Transition: Transition{From: StatePendingEffect, To: StateEffectIndeterminate}}}
 	start := &Attempt{N: 3, Kind: AttemptEffect}
 	dl := &DeadLetter{OperationID: "op_1", Reason: "r"}
 
-	claimExisting := Claiming(open, nil, lease, d, "trace-1")
-	claimNew := Claiming(nil, row, lease, d, "trace-1")
+	claimExisting := Claiming(open, nil, lease, d)
+	claimNew := Claiming(nil, row, lease, d)
 	lost := at.Add(-time.Second)
 	facts := LeaseFacts{Extensions: 2, Deadline: at.Add(time.Minute), LostAt: &lost}
 	settle := Settling(open, 7, fin, ans, facts)
-	claimed := &Claim{Owner: "gw-1/abc", LeaseDeadline: lease.Expires, TraceID: "trace-1", Delivery: d}
-	created := &Claim{Row: row, Owner: "gw-1/abc", LeaseDeadline: lease.Expires, TraceID: "trace-1", Delivery: d}
+	claimed := &Claim{Owner: "gw-1/abc", LeaseDeadline: lease.Expires, Delivery: d}
+	created := &Claim{Row: row, Owner: "gw-1/abc", LeaseDeadline: lease.Expires, Delivery: d}
 	settled := &Settle{Finish: fin, Answer: ans, Lease: facts}
 
 	cases := []struct {

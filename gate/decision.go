@@ -165,13 +165,15 @@ func Decide(ev Evidence) Plan {
 				StateReceived, StateTerminalFailure))
 		}
 		if r.Shape == ShapeHandoff {
-			return handoff(ev, "new operation")
+			return handoff(ev, ReasonNewOperation)
 		}
-		return plan(attemptAction(r), Nack, "new operation", StateReceived, StateReserved, StatePendingEffect)
+		return plan(attemptAction(r), Nack, ReasonNewOperation, StateReceived, StateReserved, StatePendingEffect)
 	}
 	if ev.Fingerprint != "" && op.Fingerprint != ev.Fingerprint {
+		// The reason names the operation, never the key: a key may be drawn
+		// from the publisher's data, which reasons and logs must not carry.
 		return plan(ActConflict, AnswerFor(StateConflicting, r.DeadLetter),
-			fmt.Sprintf("operation key %q reused with a different fingerprint than operation %s", op.Key, op.ID),
+			fmt.Sprintf("the operation's key was reused with a different fingerprint than operation %s", op.ID),
 			StateReceived, StateConflicting)
 	}
 	if r.Shape == ShapeHandoff && op.HandedOffAt != nil && !op.State.Confirmed() {
@@ -190,9 +192,7 @@ func Decide(ev Evidence) Plan {
 		p.AfterSent = []State{StateAcknowledged}
 		return p
 	case StateAcknowledged:
-		p := plan(ActAckExisting, Ack, "redelivered after the ack was sent")
-		p.Anomaly = "redelivered_after_ack"
-		return p
+		return RedeliveredAfterAck()
 	case StateEffectIndeterminate:
 		return plan(ActHoldIndeterminate, Nack, "effect indeterminate: awaiting reconciliation")
 	case StateTerminalFailure, StateConflicting:
@@ -223,6 +223,50 @@ func Decide(ev Evidence) Plan {
 	// A confirmed or terminal attempt outcome is always committed together with
 	// its state, so an open state with one means the ledger was edited by hand.
 	return indeterminate(ev, fmt.Sprintf("inconsistent evidence: state %s with last attempt %s", op.State, last.Outcome))
+}
+
+// The reasons of the common path's steps, which the ledger keeps as the
+// steps themselves rather than as words (storage reads them back so).
+const (
+	ReasonNewOperation = "new operation"
+	ReasonAckWritten   = "acknowledging response written"
+)
+
+// RedeliveredAfterAck is the table's row for a delivery that finds its
+// operation acknowledged. It reads no evidence but the state, so the ledger
+// can record it with the delivery in the statement that finds the
+// operation (Claim.AckedAnswer), and such a redelivery costs that one
+// statement.
+func RedeliveredAfterAck() Plan {
+	p := plan(ActAckExisting, Ack, "redelivered after the ack was sent")
+	p.Anomaly = "redelivered_after_ack"
+	return p
+}
+
+// LeaseRecorded is the table's row for a delivery that would take an
+// operation's lease while the ledger still records another owner's: an
+// attempt is open (started, no outcome) and the lease its owner recorded
+// has not run out. That owner may be calling the downstream right now, so
+// the delivery nacks without asking the reservation store, which may not
+// hold the lease yet (a creating owner records its lease in the ledger
+// before it takes it there) or may have lost it.
+//
+//	evidence                                      plan
+//	attempt open, recorded lease not run out       nack
+//	anything else                                  p
+func LeaseRecorded(ev Evidence, p Plan) Plan {
+	op := ev.Op
+	if op == nil || op.LeaseDeadline == nil || !ev.Now.Before(*op.LeaseDeadline) ||
+		op.LastAttempt == nil || op.LastAttempt.Outcome != "" {
+		return p
+	}
+	switch op.State {
+	case StateReserved, StatePendingEffect:
+	default:
+		return p
+	}
+	return plan(ActHoldLease, Nack, fmt.Sprintf("the owner of fence %d holds the lease until %s", op.Fence,
+		op.LeaseDeadline.UTC().Format(time.RFC3339Nano)))
 }
 
 // afterLostResponse applies the route's shape when the last attempt may or

@@ -159,7 +159,7 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 	}
 	d.id, d.now, d.deadline, d.spanID = id, now, now.Add(route.AckDeadline), spanID(ctx)
 	d.rec = &Delivery{
-		OperationID: id.OperationID, Broker: msg.Broker, Source: msg.Source,
+		OperationID: id.OperationID, N: 1, Broker: msg.Broker, Source: msg.Source,
 		MessageID: msg.MessageID, BrokerAttempt: msg.BrokerAttempt, ReceivedAt: now,
 		TraceID: traceID(ctx),
 	}
@@ -171,49 +171,60 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 	// whole delivery, ledger writes included, is bounded by its deadline.
 	ctx, cancel := context.WithDeadline(ctx, d.deadline)
 	defer cancel()
-	fctx, fs := g.startSpan(ctx, "ledger find")
-	if fs.IsRecording() {
-		fs.SetAttributes(attribute.String("ackgate.operation.id", id.OperationID))
+
+	// The claim is the delivery's first word with the ledger: it creates
+	// the operation as the table plans a new one, or finds it. A new
+	// operation's first owner holds fence 1, which the ledger gives it; its
+	// lease in the reservation store follows.
+	fresh := Decide(Evidence{Route: route, PublishTime: msg.PublishTime, Now: now})
+	o := &owned{g: g, d: d, lease: Lease{Key: id.OperationID, Owner: g.Owner + "/" + g.NewToken(), Fence: 1,
+		Expires: now.Add(leaseTTL(route))}}
+	o.firstExpiry = o.lease.Expires
+	op, created, err := o.claim(ctx, fresh, now)
+	if err != nil {
+		return g.nack(d, "evidence store unavailable"), &InfraError{"claim operation", err}
 	}
-	op, err := g.Ledger.Find(fctx, id.ScopeKey)
-	if errors.Is(err, ErrNotFound) {
-		endSpan(fs, nil)
-	} else {
-		endSpan(fs, err)
+	if created {
+		res, err := o.created(ctx, fresh)
+		if o.taken {
+			res.releaseAfter(g.Reservations, o.lease)
+		}
+		return res, err
 	}
 	linkFirstDelivery(ctx, op)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		op = nil
-	case err != nil:
-		return g.nack(d, "evidence store unavailable"), &InfraError{"find operation", err}
-	}
-	plan := Decide(Evidence{Route: route, Op: op, Fingerprint: id.Fingerprint, PublishTime: msg.PublishTime, Now: now})
+	d.rec.N = op.DeliveryCount
+	ev := Evidence{Route: route, Op: op, Fingerprint: id.Fingerprint, PublishTime: msg.PublishTime, Now: g.Now()}
+	plan := Decide(ev)
 	switch plan.Action {
 	case ActConflict:
 		return g.conflict(ctx, d, op, plan)
 	case ActAckExisting, ActHoldTerminal, ActHoldIndeterminate:
 		return g.answer(d, op, plan), nil
 	}
+	if h := LeaseRecorded(ev, plan); h.Action == ActHoldLease {
+		g.recorder().Contended(ctx, route)
+		return g.answer(d, op, h), nil
+	}
 	return g.reserved(ctx, d, op, plan)
 }
 
 // answer builds the result of a plan that writes nothing before the answer:
-// the delivery's own record follows the response, and so does an ack's mark.
+// the delivery's answer follows the response (unless the claim that found
+// the operation recorded it already), and so does an ack's mark.
 func (g *Gate) answer(d *delivery, op *Operation, p Plan) *Result {
 	res := &Result{Decision: p.Answer, Reason: bound(p.Reason), OperationID: d.id.OperationID}
 	if op == nil {
-		// Turned away before the operation exists (another owner is creating
-		// it): there is no record to attach the delivery to yet.
 		return res
 	}
 	res.State = op.State
-	if d.rec == nil {
-		return res // the relay: no broker delivery to record
+	// A delivery that found the operation acknowledged was answered by the
+	// claim that found it (Claim.AckedAnswer); the relay has no broker
+	// delivery to answer.
+	if d.rec != nil && !(op.State == StateAcknowledged && p.Action == ActAckExisting) {
+		a := &Answer{N: d.rec.N, Decision: p.Answer, Reason: res.Reason, Anomaly: p.Anomaly}
+		ledger, id := g.Ledger, op.ID
+		res.then(func(ctx context.Context) error { return ledger.AnswerDelivery(ctx, id, a) })
 	}
-	rec := *d.rec
-	rec.Decision, rec.Reason, rec.Anomaly = p.Answer, res.Reason, p.Anomaly
-	res.then(func(ctx context.Context) error { return g.Ledger.RecordDelivery(ctx, &rec) })
 	if len(p.AfterSent) > 0 {
 		id, from, fence, route, path, reason := op.ID, op.State, op.Fence, d.route, p.AfterSent, ackReason(d)
 		res.whenSent(func(ctx context.Context) error {
@@ -233,7 +244,7 @@ func ackReason(d *delivery) string {
 	if d.rec == nil {
 		return "the broker was acknowledged when the operation was handed off"
 	}
-	return "acknowledging response written"
+	return ReasonAckWritten
 }
 
 // markAcknowledged records the path of an ack that reached the wire, under
@@ -268,7 +279,7 @@ func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation, p Pla
 	}
 	c := &Conflict{Original: orig, Record: rec, At: d.now}
 	rd := *d.rec
-	rd.OperationID, rd.Decision, rd.Reason = rec.ID, p.Answer, rec.Reason
+	rd.OperationID, rd.N, rd.Decision, rd.Reason = rec.ID, 0, p.Answer, rec.Reason
 	c.Delivery = &rd
 	if p.Answer == Ack {
 		c.DeadLetter = &DeadLetter{OperationID: rec.ID, Reason: rec.Reason, At: d.now}
@@ -287,16 +298,12 @@ func (g *Gate) conflict(ctx context.Context, d *delivery, orig *Operation, p Pla
 
 // reserved takes the operation's lease and hands the plan to an owner.
 func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan) (*Result, error) {
-	var floor int64
-	if op != nil {
-		floor = op.Fence
-	}
 	owner := g.Owner + "/" + g.NewToken()
 	rctx, s := g.startSpan(ctx, "reserve")
 	if s.IsRecording() {
-		s.SetAttributes(attribute.String("ackgate.operation.id", d.id.OperationID), attribute.Int64("ackgate.fence.floor", floor))
+		s.SetAttributes(attribute.String("ackgate.operation.id", d.id.OperationID), attribute.Int64("ackgate.fence.floor", op.Fence))
 	}
-	lease, err := g.Reservations.Acquire(rctx, d.id.OperationID, owner, leaseTTL(d.route), floor)
+	lease, err := g.Reservations.Acquire(rctx, d.id.OperationID, owner, leaseTTL(d.route), op.Fence)
 	if errors.Is(err, ErrHeld) {
 		endSpan(s, nil)
 		g.recorder().Contended(ctx, d.route)
@@ -314,7 +321,7 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan)
 			return g.holdLease(ctx, d, op, lease, h), nil
 		}
 	}
-	o := &owned{g: g, d: d, op: op, lease: lease, firstExpiry: lease.Expires}
+	o := &owned{g: g, d: d, op: op, lease: lease, firstExpiry: lease.Expires, taken: true}
 	res, err := o.run(ctx, p)
 	res.releaseAfter(g.Reservations, o.lease)
 	return res, err
@@ -324,6 +331,13 @@ func (g *Gate) reserved(ctx context.Context, d *delivery, op *Operation, p Plan)
 // operation before its previous owner must have stopped, and answers nack.
 func (g *Gate) holdLease(ctx context.Context, d *delivery, op *Operation, lease Lease, h Plan) *Result {
 	res := g.answer(d, op, h)
+	// The reset is a fact of the operation's lease history, kept with the
+	// answer of the delivery that met it.
+	if n := len(res.finish); n > 0 && d.rec != nil {
+		a := &Answer{N: d.rec.N, Decision: h.Answer, Reason: bound(h.Reason), ResetFence: lease.Fence}
+		ledger, id := g.Ledger, op.ID
+		res.finish[n-1] = func(ctx context.Context) error { return ledger.AnswerDelivery(ctx, id, a) }
+	}
 	if ttl := h.HoldUntil.Sub(g.Now()); ttl >= time.Millisecond {
 		if _, err := g.Reservations.Renew(ctx, lease, ttl); err != nil {
 			res.releaseAfter(g.Reservations, lease)

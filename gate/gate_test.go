@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,6 +104,10 @@ func wantState(t *testing.T, s gatetest.Snapshot, st gate.State) {
 	}
 }
 
+// ownerDied lets the lease the ledger records for the delivery before run
+// out, as it does for a process that died mid-delivery.
+func (r *rig) ownerDied() { r.clock.Advance(r.route.AckDeadline + time.Second) }
+
 // failSettling makes every write that settles an attempt fail, as a process
 // that dies after its call and before its commit leaves things.
 func (r *rig) failSettling() {
@@ -191,6 +196,12 @@ func TestRedeliveryWithLookupDownGoesIndeterminate(t *testing.T) {
 	want(t, r.push(m, true), gate.Nack, "")
 	wantState(t, r.snapshot(m), gate.StatePendingEffect)
 	r.ledger.BeforeWrite = nil
+	// Until the dead owner's recorded lease runs out, a redelivery holds off.
+	held := r.push(m, true)
+	if held.Decision != gate.Nack || !strings.Contains(held.Reason, "holds the lease") || r.fx.Lookups() != 0 {
+		t.Fatalf("inside the recorded lease: %s (%s), %d lookups", held.Decision, held.Reason, r.fx.Lookups())
+	}
+	r.ownerDied()
 	r.fx.LookupDown = true
 	want(t, r.push(m, true), gate.Nack, gate.StateEffectIndeterminate)
 	s := r.snapshot(m)
@@ -216,6 +227,7 @@ func TestRedeliveryLooksUpBeforeRetrying(t *testing.T) {
 		r.failSettling()
 		r.push(m, true)
 		r.ledger.BeforeWrite = nil
+		r.ownerDied()
 		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
 		if s := r.snapshot(m); s.Op.State != gate.StateAcknowledged || s.Op.ResultID == "" || r.fx.Calls() != 1 || r.fx.Applied(r.key(m)) != 1 {
 			t.Fatalf("%s result %q, %d calls", s.Op.State, s.Op.ResultID, r.fx.Calls())
@@ -235,9 +247,12 @@ func TestRedeliveryLooksUpBeforeRetrying(t *testing.T) {
 		r.failSettling()
 		r.push(m, true)
 		r.ledger.BeforeWrite = nil
+		r.ownerDied()
 		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
 		s := r.snapshot(m)
-		if r.fx.Calls() != 2 || r.fx.Applied(r.key(m)) != 1 || s.Op.AttemptCount != 2 || s.Attempts[1].IdempotencyKey != s.Attempts[0].IdempotencyKey {
+		// The lookup is an attempt of its own, between the two calls.
+		if r.fx.Calls() != 2 || r.fx.Applied(r.key(m)) != 1 || s.Op.AttemptCount != 3 || s.Attempts[1].Kind != gate.AttemptLookup ||
+			s.Attempts[1].Outcome != gate.OutcomeAbsent || s.Attempts[2].IdempotencyKey != s.Attempts[0].IdempotencyKey {
 			t.Fatalf("%d calls, %d applied, attempts %+v", r.fx.Calls(), r.fx.Applied(r.key(m)), s.Attempts)
 		}
 	})
@@ -327,6 +342,7 @@ func TestOrphanedIntentIsResumed(t *testing.T) {
 	}
 	r.push(m, true)
 	r.ledger.BeforeWrite, r.fx.Script = nil, nil
+	r.ownerDied()
 	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
 	s := r.snapshot(m)
 	if s.Op.Fence < 2 || s.Attempts[1].IdempotencyKey != s.Attempts[0].IdempotencyKey || r.fx.Applied(r.key(m)) != 1 {
@@ -364,10 +380,9 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	if s.Op.Fence != 2 || r.fx.Applied(r.key(m)) != 1 || s.Attempts[0].FinishedAt != nil {
 		t.Fatalf("fence %d, %d applied, attempt 1 %+v", s.Op.Fence, r.fx.Applied(r.key(m)), s.Attempts[0])
 	}
-	for _, d := range s.Deliveries {
-		if d.Owner == "gw-1/1" && d.Decision != gate.Nack {
-			t.Fatalf("the stale owner's delivery says %s", d.Decision)
-		}
+	// The stale owner's delivery was the first, under fence 1.
+	if d := s.Deliveries[0]; d.Fence != 1 || d.Decision != gate.Nack {
+		t.Fatalf("the stale owner's delivery: %+v", d)
 	}
 }
 
@@ -464,12 +479,17 @@ func TestRetentionGapIsTerminal(t *testing.T) {
 func TestLostReservationsWaitForTheOwnersBound(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+	// Renewing: the lease the ledger records is two intervals long, and an
+	// owner may go on renewing up to MaxExtension past it.
+	r.route.Renewal = gate.Renewal{Interval: time.Second, MaxExtension: 30 * time.Second}
 	m := r.msg("m-1", "x")
 	var during []*gate.Result
 	r.fx.Script = func(n int, req *gate.EffectRequest, apply func() string) gate.EffectResult {
 		if n == 1 {
 			r.leases.Flush()
-			during = append(during, r.push(m, true), r.push(m, true))
+			during = append(during, r.push(m, true)) // inside the lease the ledger records
+			r.clock.Advance(3 * time.Second)
+			during = append(during, r.push(m, true), r.push(m, true)) // past it, inside the owner's bound
 		}
 		return gate.EffectResult{Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: apply()}
 	}
@@ -479,12 +499,18 @@ func TestLostReservationsWaitForTheOwnersBound(t *testing.T) {
 			t.Fatalf("delivery %d during the call: %s (%s)", i, res.Decision, res.Reason)
 		}
 	}
-	if !strings.Contains(during[0].Reason, "lost its state") {
-		t.Fatalf("the first delivery after the loss was not held: %s", during[0].Reason)
+	if !strings.Contains(during[0].Reason, "holds the lease") {
+		t.Fatalf("the first delivery was not held by the recorded lease: %s", during[0].Reason)
+	}
+	if !strings.Contains(during[1].Reason, "lost its state") {
+		t.Fatalf("the first delivery after the loss was not held: %s", during[1].Reason)
 	}
 	s := r.snapshot(m)
 	if r.fx.Calls() != 1 || r.fx.Lookups() != 0 || r.fx.Applied(r.key(m)) != 1 || s.Op.Fence != 1 || s.Op.State != gate.StateAcknowledged {
 		t.Fatalf("%d calls, %d lookups, %d applied, fence %d, %s", r.fx.Calls(), r.fx.Lookups(), r.fx.Applied(r.key(m)), s.Op.Fence, s.Op.State)
+	}
+	if !slices.Contains(s.LeaseEvents, gatetest.LeaseEvent{Kind: "reset", Fence: 2}) {
+		t.Fatalf("lease events %+v, want the reset the held delivery met", s.LeaseEvents)
 	}
 }
 
@@ -493,16 +519,18 @@ func TestLostReservationsWaitForTheOwnersBound(t *testing.T) {
 func TestLostReservationsAfterTheBoundTakeOver(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, gate.ShapeLookup, gate.DeadLetterBroker)
+	r.route.Renewal = gate.Renewal{Interval: time.Second, MaxExtension: 30 * time.Second}
 	m := r.msg("m-1", "x")
 	r.failSettling()
 	r.push(m, true) // the owner dies after its call
 	r.ledger.BeforeWrite = nil
 	r.leases.Flush()
+	r.clock.Advance(3 * time.Second) // past the lease the ledger records
 	held := r.push(m, true)
 	if held.Decision != gate.Nack || !strings.Contains(held.Reason, "lost its state") {
 		t.Fatalf("inside the bound: %s (%s)", held.Decision, held.Reason)
 	}
-	r.clock.Advance(r.route.AckDeadline + time.Second)
+	r.clock.Advance(r.route.AckDeadline + r.route.Renewal.MaxExtension)
 	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
 	if r.fx.Calls() != 1 || r.fx.Lookups() != 1 || r.fx.Applied(r.key(m)) != 1 {
 		t.Fatalf("%d calls, %d lookups, %d applied", r.fx.Calls(), r.fx.Lookups(), r.fx.Applied(r.key(m)))
@@ -535,8 +563,8 @@ func TestLeaseLossIsRecorded(t *testing.T) {
 }
 
 // A delivery whose claim the ledger refused (another owner moved the
-// operation first) wrote nothing with it, so it is recorded on its own:
-// every push request is in the record.
+// operation first) is on the record all the same: the claim that found the
+// operation recorded it, and its answer follows.
 func TestRefusedClaimIsStillRecorded(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
@@ -546,7 +574,7 @@ func TestRefusedClaimIsStillRecorded(t *testing.T) {
 	}
 	want(t, r.push(m, true), gate.Nack, gate.StatePendingEffect)
 	r.ledger.BeforeWrite = func(c *gate.Change) error {
-		if c.Claim != nil {
+		if c.Claim != nil && c.Claim.Row == nil {
 			return gate.ErrStateChanged
 		}
 		return nil

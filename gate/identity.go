@@ -97,9 +97,7 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
-	// Each part is escaped so that no "/" inside a pointer or key can make two
-	// different (source, key) pairs spell the same scope.
-	scope := strings.Join([]string{r.Tenant, r.Name, string(r.Key.Kind) + ":" + url.PathEscape(r.Key.Name), url.PathEscape(key)}, "/")
+	scope := r.scope(key)
 	return Identity{
 		Key:            key,
 		ScopeKey:       scope,
@@ -107,6 +105,24 @@ func Identify(r *Route, m *Message) (Identity, error) {
 		Fingerprint:    fp,
 		IdempotencyKey: digest("ik_", scope, fp),
 	}, nil
+}
+
+// scope is the scope key of key on r. Each part is escaped so that no "/"
+// inside a pointer or key can make two different (source, key) pairs spell
+// the same scope.
+func (r *Route) scope(key string) string {
+	return strings.Join([]string{r.Tenant, r.Name, string(r.Key.Kind) + ":" + url.PathEscape(r.Key.Name), url.PathEscape(key)}, "/")
+}
+
+// OperationID is the id of the operation key names on r, as Identify
+// derives it: what lets an operator's "which operation has key K?" be a
+// lookup by id. A key drawn from a private field is the keyed hash the
+// ledger holds: given in the clear, it is hashed first.
+func (r *Route) OperationID(key string) string {
+	if r.Key.Hashed && r.HashKey != nil && !strings.HasPrefix(key, HashedKeyPrefix) {
+		key = r.HashKey(key)
+	}
+	return digest("op_", r.scope(key))
 }
 
 // HashedKeyPrefix starts every key kept as a keyed hash.

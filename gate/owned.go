@@ -1,24 +1,30 @@
 package gate
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// owned is a delivery that holds the operation's lease. Everything it writes
-// carries the lease's fencing token, so if a newer owner takes over, the
-// ledger refuses this one's writes and it can only answer nack.
+// owned is a delivery that holds, or is about to create, the operation's
+// lease. Everything it writes carries the lease's fencing token, so if a
+// newer owner takes over, the ledger refuses this one's writes and it can
+// only answer nack.
 type owned struct {
 	g     *Gate
 	d     *delivery
-	op    *Operation // the operation as this owner last wrote it; nil before claim
+	op    *Operation // the operation as this owner last wrote it; as found before its claim; nil before creation
 	lease Lease
+	// taken says the lease is held in the reservation store, so it is
+	// renewed during the call and released after the answer. A delivery
+	// that created its operation holds the lease the ledger records first
+	// and takes it in the store after (take).
+	taken bool
 	// firstExpiry is when the lease as first taken would have lapsed; the
 	// total extension past it is capped by the route's MaxExtension.
 	firstExpiry time.Time
@@ -26,11 +32,13 @@ type owned struct {
 	// the lease gone. Both are recorded with the settling write.
 	extensions int
 	leaseLost  *time.Time
-	// claimed is set once this delivery's claim committed, so its delivery
-	// row exists and can be answered, and its next write is a settlement.
+	// claimed is set once this delivery's claim committed, so its next
+	// write is a settlement.
 	claimed bool
 	// finished is how this delivery's attempt ended, for the settling write.
 	finished *Attempt
+	// looked is a lookup this owner made that its next write records.
+	looked *Attempt
 }
 
 func (o *owned) route() *Route { return o.d.route }
@@ -39,6 +47,74 @@ func (o *owned) route() *Route { return o.d.route }
 func (o *owned) evidence() Evidence {
 	return Evidence{Route: o.route(), Op: o.op, Fingerprint: o.d.id.Fingerprint, Held: o.claimed,
 		PublishTime: o.d.msg.PublishTime, Now: o.g.Now()}
+}
+
+// claim offers the ledger the operation as fresh, the plan for a new one,
+// would create it: created, this owner holds it under fence 1; otherwise
+// the operation comes back as found.
+func (o *owned) claim(ctx context.Context, fresh Plan, now time.Time) (*Operation, bool, error) {
+	c, next, err := o.change(fresh, now)
+	if err != nil {
+		return nil, false, err
+	}
+	acked := RedeliveredAfterAck()
+	c.Claim.AckedAnswer = &Answer{Decision: acked.Answer, Reason: bound(acked.Reason), Anomaly: acked.Anomaly}
+	cctx, s := o.g.startSpan(ctx, "ledger claim")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)))
+	}
+	op, created, err := o.g.Ledger.Claim(cctx, c)
+	if s.IsRecording() && err == nil {
+		s.SetAttributes(attribute.Bool("ackgate.created", created))
+	}
+	endSpan(s, err)
+	if err != nil || !created {
+		return op, false, err
+	}
+	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
+	o.op, o.claimed = next, true
+	return next, true, nil
+}
+
+// created carries out the rest of fresh, whose first write was the
+// operation's creation: the call, or nothing when the creation was all
+// (a handoff, a message older than the evidence horizon).
+func (o *owned) created(ctx context.Context, fresh Plan) (*Result, error) {
+	switch fresh.Action {
+	case ActAttempt:
+		o.take(ctx)
+		return o.run(ctx, AfterAttempt(o.evidence(), o.attempt(ctx)))
+	case ActApplyLocal:
+		// The statement commits with its evidence or not at all, inside
+		// the ledger's own transaction: the lease the ledger records is
+		// the only one it needs.
+		settled, err := o.applyLocal(ctx, fresh)
+		if err != nil {
+			return o.refused(err)
+		}
+		return o.answered(settled), nil
+	}
+	return o.answered(fresh), nil
+}
+
+// take puts the lease of a delivery that created its operation into the
+// reservation store, under the fence the ledger gave it. If the store
+// refuses or fails, the call goes ahead on the lease the ledger records,
+// which holds other deliveries off until it runs out (LeaseRecorded), and
+// the call is cut short there (callDeadline); the lease counts as lost.
+func (o *owned) take(ctx context.Context) {
+	rctx, s := o.g.startSpan(ctx, "reserve")
+	if s.IsRecording() {
+		s.SetAttributes(attribute.String("ackgate.operation.id", o.op.ID), attribute.Int64("ackgate.fence", o.lease.Fence))
+	}
+	l, err := o.g.Reservations.Take(rctx, o.lease, leaseTTL(o.route()))
+	endSpan(s, err)
+	if err != nil {
+		lost := o.g.Now()
+		o.leaseLost = &lost
+		return
+	}
+	o.lease, o.taken = l, true
 }
 
 // run executes plans until one has an answer: it looks up, writes and calls
@@ -103,6 +179,12 @@ func (o *owned) change(p Plan, now time.Time) (*Change, *Operation, error) {
 		return nil, nil, err
 	}
 	next, w := o.writer(p, reason, now)
+	var lookup *Attempt
+	if o.looked != nil {
+		l := *o.looked
+		l.N = next.AttemptCount + 1
+		next.AttemptCount, lookup = l.N, &l
+	}
 	var c *Change
 	switch p.Action {
 	case ActHandOff:
@@ -111,7 +193,7 @@ func (o *owned) change(p Plan, now time.Time) (*Change, *Operation, error) {
 		c = HandoffChange(w, steps, o.outboxEntry(now), reason, now)
 	case ActAttempt, ActApplyLocal:
 		a := &Attempt{N: next.AttemptCount + 1, Kind: AttemptEffect, IdempotencyKey: next.IdempotencyKey,
-			Fence: o.lease.Fence, StartedAt: now}
+			Fence: o.lease.Fence, ContractVersion: o.route().ContractVersion, StartedAt: now}
 		next.AttemptCount, next.LastAttempt = a.N, a
 		if next.FirstAttemptAt == nil {
 			next.FirstAttemptAt = &now
@@ -134,6 +216,7 @@ func (o *owned) change(p Plan, now time.Time) (*Change, *Operation, error) {
 	default:
 		return nil, nil, fmt.Errorf("gate: no ledger change records %s", p.Action)
 	}
+	c.Lookup = lookup
 	if t := p.Target(); t != "" {
 		next.State = t
 	}
@@ -158,24 +241,31 @@ func (o *owned) commit(ctx context.Context, c *Change, next *Operation) error {
 		return err
 	}
 	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
-	o.op, o.claimed = next, true
+	o.op, o.claimed, o.looked = next, true, nil
 	return nil
 }
 
-// applyLocal records the attempt p plans, runs the route's statement and
-// records what the table makes of its result, in one transaction. Until
-// that commits, this owner's view of the row stays as it was: if it does
-// not, nothing happened.
+// applyLocal records the attempt p plans (unless the operation's creation
+// recorded it), runs the route's statement and records what the table
+// makes of its result, in one transaction. Until that commits, this
+// owner's view of the row stays as it was: if it does not, nothing
+// happened.
 func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
 	if o.g.Local == nil {
 		return Plan{}, fmt.Errorf("gate: route %s is local and this gateway runs no local statements", o.route().Name)
 	}
-	now := o.g.Now()
-	start, started, err := o.change(p, now)
-	if err != nil {
-		return Plan{}, err
-	}
 	before, wasClaimed := o.op, o.claimed
+	started, startedAt := o.op, o.g.Now()
+	var start *Change
+	if !o.claimed {
+		c, next, err := o.change(p, startedAt)
+		if err != nil {
+			return Plan{}, err
+		}
+		start, started = c, next
+	} else if a := o.op.LastAttempt; a != nil {
+		startedAt = a.StartedAt
+	}
 	var (
 		settled Plan
 		after   *Operation
@@ -186,14 +276,14 @@ func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
 	cctx, end := o.g.span(ctx, "local effect", attribute.String("ackgate.operation.id", started.ID),
 		attribute.Int64("ackgate.fence", o.lease.Fence))
 	began := time.Now()
-	err = o.g.Local.Apply(cctx, start, req, func(er EffectResult) (*Change, error) {
+	err := o.g.Local.Apply(cctx, start, req, func(er EffectResult) (*Change, error) {
 		// Decide as if the start had committed, which inside this
 		// transaction it has.
 		o.op, o.claimed = started, true
 		done := o.g.Now()
 		o.finished = &Attempt{N: started.AttemptCount, Kind: AttemptEffect, IdempotencyKey: started.IdempotencyKey,
-			Fence: o.lease.Fence, StartedAt: now, FinishedAt: &done, Outcome: er.Outcome,
-			StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason)}
+			Fence: o.lease.Fence, ContractVersion: o.route().ContractVersion, StartedAt: startedAt, FinishedAt: &done,
+			Outcome: er.Outcome, StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason)}
 		settled = AfterAttempt(o.evidence(), er)
 		var err error
 		settle, after, err = o.change(settled, done)
@@ -210,7 +300,11 @@ func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
 		return Plan{}, fmt.Errorf("gate: the local statement of %s was never settled", started.ID)
 	}
 	o.g.recorder().Downstream(ctx, o.route(), AttemptEffect, o.finished.Outcome, took)
-	o.g.recorder().Transitioned(ctx, o.route(), append(slices.Clone(start.Steps), settle.Steps...))
+	if start != nil {
+		o.g.recorder().Transitioned(ctx, o.route(), append(slices.Clone(start.Steps), settle.Steps...))
+	} else {
+		o.g.recorder().Transitioned(ctx, o.route(), settle.Steps)
+	}
 	o.op, o.claimed = after, true
 	return settled, nil
 }
@@ -232,14 +326,19 @@ func (o *owned) outboxEntry(now time.Time) *OutboxEntry {
 }
 
 // writer is who writes p: on the first write, this delivery claiming the
-// operation (and recording itself, answered now unless a call follows);
-// later, the holder settling its attempt. next is the row as it will be.
+// operation (creating it, or taking it under a higher fence); later, the
+// holder settling its attempt. next is the row as it will be.
 func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer) {
 	if o.claimed {
 		next := *o.op
 		fin := o.finished
-		next.LastAttempt = fin
-		answer := &Answer{Owner: o.lease.Owner, Decision: p.Answer, Reason: bound(reason)}
+		if fin != nil {
+			next.LastAttempt = fin
+		}
+		var answer *Answer
+		if o.d.rec != nil { // the relay answers no broker
+			answer = &Answer{N: o.d.rec.N, Decision: p.Answer, Reason: bound(reason)}
+		}
 		facts := LeaseFacts{Extensions: o.extensions, Deadline: o.lease.Expires, LostAt: o.leaseLost}
 		next.LeaseExtensions, next.LeaseDeadline, next.LeaseLostAt = facts.Extensions, &facts.Deadline, facts.LostAt
 		return &next, Settling(o.op, o.lease.Fence, fin, answer, facts)
@@ -247,7 +346,7 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 	var rec *Delivery
 	if o.d.rec != nil { // the relay claims without a delivery
 		r := *o.d.rec
-		r.Reason, r.Owner = bound(reason), o.lease.Owner
+		r.Reason, r.Fence = bound(reason), o.lease.Fence
 		if p.Action != ActAttempt && p.Action != ActApplyLocal {
 			r.Decision = p.Answer // nothing follows this commit
 		}
@@ -259,18 +358,12 @@ func (o *owned) writer(p Plan, reason string, now time.Time) (*Operation, Writer
 	} else {
 		next = *o.op
 	}
-	if rec != nil {
-		next.TraceID = cmp.Or(rec.TraceID, next.TraceID)
-	}
-	w := Claiming(o.op, &next, o.lease, rec, next.TraceID)
+	w := Claiming(o.op, &next, o.lease, rec)
 	next.Fence, next.Owner = o.lease.Fence, o.lease.Owner
 	// A copy: the renewer replaces o.lease while the call runs, and the row
 	// as written must keep the deadline this claim recorded.
 	deadline := o.lease.Expires
-	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions = &now, &deadline, 0
-	if rec != nil {
-		next.DeliveryCount++
-	}
+	next.LeaseStart, next.LeaseDeadline, next.LeaseExtensions, next.LeaseLostAt = &now, &deadline, 0, nil
 	return &next, w
 }
 
@@ -281,7 +374,7 @@ func (o *owned) newOperation() *Operation {
 		KeySource: r.Key.Kind, Key: id.Key, Fingerprint: id.Fingerprint,
 		FingerprintVersion: r.Fingerprint.Version, Shape: r.Shape, DeadLetterPolicy: r.DeadLetter,
 		ContractVersion: r.ContractVersion, IdempotencyKey: id.IdempotencyKey,
-		TraceID: o.d.rec.TraceID, SpanID: o.d.spanID,
+		TraceID: o.d.rec.TraceID, SpanID: o.d.spanID, DeliveryCount: 1,
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(r.Retention),
 	}
 }
@@ -315,17 +408,16 @@ func (o *owned) attempt(ctx context.Context) EffectResult {
 	now := o.g.Now()
 	o.finished = &Attempt{
 		N: o.op.AttemptCount, Kind: AttemptEffect, IdempotencyKey: o.op.IdempotencyKey,
-		Fence: o.lease.Fence, StartedAt: o.op.LastAttempt.StartedAt, FinishedAt: &now,
-		Outcome: er.Outcome, StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason),
+		Fence: o.lease.Fence, ContractVersion: o.route().ContractVersion, StartedAt: o.op.LastAttempt.StartedAt,
+		FinishedAt: &now, Outcome: er.Outcome, StatusCode: er.StatusCode, ResultID: er.ResultID, Reason: bound(er.Reason),
 	}
 	return er
 }
 
 // refused turns a ledger refusal into a nack. A fence or state mismatch means
 // another owner moved on: this owner committed nothing and must not ack.
-// When this delivery's claim had committed, its delivery row is answered
-// after the response (unfenced): a superseded owner's lease loss is kept in
-// the evidence, apart from the effect's state.
+// The delivery's answer follows the response (unfenced): a superseded
+// owner's lease loss is kept in the evidence, apart from the effect's state.
 func (o *owned) refused(err error) (*Result, error) {
 	var res *Result
 	var ierr error
@@ -337,20 +429,12 @@ func (o *owned) refused(err error) (*Result, error) {
 	default:
 		res, ierr = o.g.nack(o.d, "evidence store unavailable"), &InfraError{"record evidence", err}
 	}
-	switch {
-	case o.claimed:
-		a := &Answer{Owner: o.lease.Owner, Decision: Nack, Reason: res.Reason}
+	if o.d.rec != nil && o.op != nil {
+		// The delivery is on record: the claim that created or found the
+		// operation wrote it.
+		a := &Answer{N: o.d.rec.N, Decision: Nack, Reason: res.Reason}
 		id, ledger := o.op.ID, o.g.Ledger
 		res.then(func(ctx context.Context) error { return ledger.AnswerDelivery(ctx, id, a) })
-	case o.d.rec != nil:
-		// The refused claim carried this delivery's record, so nothing of
-		// it was written: record it now, as any delivery that changed
-		// nothing is (an operation that does not exist answers ErrNotFound,
-		// which is logged).
-		rec := *o.d.rec
-		rec.Decision, rec.Reason = Nack, res.Reason
-		ledger := o.g.Ledger
-		res.then(func(ctx context.Context) error { return ledger.RecordDelivery(ctx, &rec) })
 	}
 	return res, ierr
 }
@@ -370,6 +454,8 @@ func (o *owned) answered(p Plan) *Result {
 	return res
 }
 
+// lookup asks the provider whether the effect exists and keeps the
+// question as an attempt of its own, which this owner's next write records.
 func (o *owned) lookup(ctx context.Context) LookupResult {
 	lctx, cancel := context.WithDeadline(ctx, o.callDeadline())
 	defer cancel()
@@ -377,6 +463,7 @@ func (o *owned) lookup(ctx context.Context) LookupResult {
 	if s.IsRecording() {
 		s.SetAttributes(attribute.String("ackgate.operation.id", o.d.id.OperationID))
 	}
+	started := o.g.Now()
 	began := time.Now()
 	lr := o.g.Effects.Lookup(lctx, &EffectRequest{
 		Route: o.route(), Message: o.d.msg, OperationID: o.d.id.OperationID,
@@ -389,54 +476,82 @@ func (o *owned) lookup(ctx context.Context) LookupResult {
 	endSpan(s, nil)
 	o.d.downstream += took
 	o.g.recorder().Downstream(ctx, o.route(), AttemptLookup, lr.Outcome, took)
+	done := o.g.Now()
+	o.looked = &Attempt{Kind: AttemptLookup, IdempotencyKey: o.d.id.IdempotencyKey, Fence: o.lease.Fence,
+		ContractVersion: o.route().ContractVersion, StartedAt: started, FinishedAt: &done,
+		Outcome: lr.Outcome, StatusCode: lr.StatusCode, ResultID: lr.ResultID, Reason: bound(lr.Reason)}
 	return lr
 }
 
 // callDeadline leaves room, before the broker gives up on us, to commit the
-// result and answer.
+// result and answer. Without a lease in the reservation store (take
+// failed), the lease the ledger records is all that keeps other owners
+// off, so the call ends with it.
 func (o *owned) callDeadline() time.Time {
 	margin := min(2*time.Second, o.route().AckDeadline/5)
-	return o.d.deadline.Add(-margin)
+	end := o.d.deadline.Add(-margin)
+	if !o.taken && o.lease.Expires.Before(end) {
+		end = o.lease.Expires
+	}
+	return end
 }
 
 // renew keeps the lease while the call runs: every Renewal.Interval, only
 // while this owner still holds it, and never more than MaxExtension past the
 // lease as first taken, so stalled work cannot hide the operation for long
-// (and OwnerBound holds). It returns a stop function that waits for the
-// renewer to end.
+// (and OwnerBound holds). It runs on the runtime's timers, not a goroutine
+// of its own: a delivery waiting on its call holds one goroutine, and each
+// renewal borrows another only for its round trip. The stop function it
+// returns waits for a renewal under way, after which the lease and its
+// facts are the caller's again.
 func (o *owned) renew(ctx context.Context) (stop func()) {
 	r := o.route()
-	if r.Renewal.Interval <= 0 {
+	if r.Renewal.Interval <= 0 || !o.taken {
 		return func() {}
 	}
 	limit := o.firstExpiry.Add(r.Renewal.MaxExtension)
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(r.Renewal.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ttl := min(leaseTTL(r), limit.Sub(o.g.Now()))
-			if ttl <= 0 {
-				return
-			}
-			l, err := o.g.Reservations.Renew(ctx, o.lease, ttl)
-			if errors.Is(err, ErrLeaseLost) {
-				lost := o.g.Now()
-				o.leaseLost = &lost
-				return
-			}
-			if err == nil {
-				o.lease = l
-				o.extensions++
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		pending sync.WaitGroup // a renewal scheduled or under way
+		timer   *time.Timer
+	)
+	tick := func() {
+		defer pending.Done()
+		ttl := min(leaseTTL(r), limit.Sub(o.g.Now()))
+		if ttl <= 0 {
+			return // the cap is reached: the lease lapses as it stands
 		}
-	}()
-	return func() { cancel(); <-done }
+		l, err := o.g.Reservations.Renew(ctx, o.lease, ttl)
+		if errors.Is(err, ErrLeaseLost) {
+			lost := o.g.Now()
+			o.leaseLost = &lost
+			return
+		}
+		if err == nil {
+			o.lease = l
+			o.extensions++
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			pending.Add(1)
+			timer.Reset(r.Renewal.Interval)
+		}
+	}
+	mu.Lock()
+	pending.Add(1)
+	timer = time.AfterFunc(r.Renewal.Interval, tick)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		if timer.Stop() {
+			pending.Done() // it never ran
+		}
+		mu.Unlock()
+		cancel()
+		pending.Wait()
+	}
 }

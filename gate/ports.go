@@ -11,30 +11,35 @@ import (
 
 // Ledger is the durable evidence store. Every method is one transaction.
 type Ledger interface {
-	// Find returns the operation (never a conflict record) for a scope key, or
-	// ErrNotFound. It is the only read on the hot path.
-	Find(ctx context.Context, scopeKey string) (*Operation, error)
+	// Claim records a delivery's arrival in one statement, and is the only
+	// way a delivery learns what the ledger holds. c is the creating claim
+	// (see change.go) a new operation would be written with. When no
+	// operation has c's id, Claim commits c and created is true: the
+	// delivery holds the new operation under c's fence. Otherwise nothing of
+	// c is written and the operation comes back as found (with its newest
+	// effect attempt, as FindByID): when its fingerprint is c's, the
+	// delivery is recorded as a further one of it (op.DeliveryCount is its
+	// number), answered at once with c.Claim.AckedAnswer if the operation
+	// is acknowledged; when the fingerprints differ, nothing is recorded on
+	// it (the delivery belongs to a conflict record).
+	Claim(ctx context.Context, c *Change) (op *Operation, created bool, err error)
 	// FindByID returns the operation or conflict record with id (with its
-	// newest effect attempt, as Find) and its latest manual intervention
-	// (nil when none), or ErrNotFound: what an operator's resolution and
-	// the reconciler decide on.
+	// newest effect attempt) and its latest manual intervention (nil when
+	// none), or ErrNotFound: what an operator's resolution, the reconciler
+	// and the relay decide on.
 	FindByID(ctx context.Context, id string) (*Operation, *Intervention, error)
-	// Write commits one named change (see change.go) atomically, or nothing.
-	// A claim that creates the operation fails with ErrExists when the scope
-	// key is taken (another owner got there first). Any other write requires
-	// the row in c.Expect and the fence: ErrFenced when a higher token is
-	// recorded (or, for a claim, an equal one), ErrStateChanged when the
-	// state moved, ErrNotFound when there is no such operation.
+	// Write commits one named change (see change.go) to an existing
+	// operation atomically, or nothing. It requires the row in c.Expect and
+	// the fence: ErrFenced when a higher token is recorded (or, for a claim
+	// or an intervention, an equal one), ErrStateChanged when the state
+	// moved, ErrNotFound when there is no such operation.
 	Write(ctx context.Context, c *Change) error
 	// RecordConflict stores the conflicting record for (scope key, fingerprint)
 	// once, appends the delivery, and returns the record.
 	RecordConflict(ctx context.Context, c *Conflict) (*Operation, error)
-	// RecordDelivery appends a delivery that changed nothing else: a redelivery
-	// of settled work, a contended delivery, an anomaly.
-	RecordDelivery(ctx context.Context, d *Delivery) error
-	// AnswerDelivery records the answer of the undecided delivery that a.Owner
-	// wrote for the operation. It is not fenced: it says what a delivery was
-	// told, even one whose fence was superseded.
+	// AnswerDelivery records what delivery a.N of the operation was told,
+	// once: a delivery already answered keeps its answer. It is not fenced:
+	// it says what a delivery was told, even one whose fence was superseded.
 	AnswerDelivery(ctx context.Context, operationID string, a *Answer) error
 }
 
@@ -42,12 +47,13 @@ type Ledger interface {
 // records its evidence.
 type Local interface {
 	// Apply commits, in one transaction, start (the claim that records the
-	// attempt), the statement of req.Route.Local, and the change settle
+	// attempt; nil when the claim that created the operation recorded it
+	// already), the statement of req.Route.Local, and the change settle
 	// builds from the statement's result. A statement that fails is rolled
 	// back on its own and handed to settle as the attempt's outcome, so its
 	// failure is recorded and none of its effect. If anything else fails,
 	// nothing commits, the statement included, and the error says why
-	// (ErrFenced, ErrStateChanged, ErrExists as Ledger.Write).
+	// (ErrFenced, ErrStateChanged as Ledger.Write).
 	Apply(ctx context.Context, start *Change, req *EffectRequest, settle func(EffectResult) (*Change, error)) error
 }
 
@@ -61,6 +67,12 @@ type Reservations interface {
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration, floor int64) (Lease, error)
 	// Renew extends the lease only while owner still holds it; ErrLeaseLost otherwise.
 	Renew(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// Take takes l (its key, owner and fence, for its TTL from now) when
+	// nobody holds the key, raising the store's counter to at least l.Fence
+	// so later tokens come out above it: the lease of a delivery that
+	// created its operation, whose fence the ledger gave it. ErrHeld when
+	// another owner holds it.
+	Take(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
 	// Release drops the lease only if owner still holds it.
 	Release(ctx context.Context, l Lease) error
 	// ReleaseAll releases every lease in ls as Release does, each only if
@@ -149,7 +161,9 @@ type Operation struct {
 	// Reason is the latest negative-ack, terminal or indeterminate reason.
 	Reason string `json:"reason,omitempty"`
 	// Lane names who settles an indeterminate operation ("operator").
-	Lane    string `json:"lane,omitempty"`
+	Lane string `json:"lane,omitempty"`
+	// TraceID is the first delivery's trace: the operation's, whichever
+	// delivery wrote to it later (each delivery keeps its own).
 	TraceID string `json:"trace_id,omitempty"`
 	// SpanID is the first delivery's span, the target of later deliveries'
 	// span links.
@@ -177,12 +191,15 @@ type Attempt struct {
 	Kind           AttemptKind `json:"kind"`
 	IdempotencyKey string      `json:"idempotency_key"`
 	Fence          int64       `json:"fence"`
-	StartedAt      time.Time   `json:"started_at"`
-	FinishedAt     *time.Time  `json:"finished_at,omitempty"`
-	Outcome        Outcome     `json:"outcome,omitempty"`
-	StatusCode     int         `json:"status_code,omitempty"`
-	ResultID       string      `json:"result_id,omitempty"`
-	Reason         string      `json:"reason,omitempty"`
+	// ContractVersion is the route contract the attempt was made under,
+	// which may be newer than the one the operation began with.
+	ContractVersion string     `json:"contract_version"`
+	StartedAt       time.Time  `json:"started_at"`
+	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	Outcome         Outcome    `json:"outcome,omitempty"`
+	StatusCode      int        `json:"status_code,omitempty"`
+	ResultID        string     `json:"result_id,omitempty"`
+	Reason          string     `json:"reason,omitempty"`
 }
 
 // Outcome classifies a downstream answer.
@@ -202,9 +219,13 @@ const (
 	OutcomeAbsent Outcome = "absent"
 )
 
-// Delivery is one push request as the ledger keeps it.
+// Delivery is one push request as the ledger keeps it. An operation's first
+// delivery is part of its row; the further ones are kept beside it.
 type Delivery struct {
-	OperationID   string    `json:"operation_id"`
+	OperationID string `json:"operation_id"`
+	// N numbers the operation's deliveries from 1, in the order the ledger
+	// recorded them; answers find a delivery by it.
+	N             int       `json:"n"`
 	Broker        Broker    `json:"broker"`
 	Source        string    `json:"source"`
 	MessageID     string    `json:"message_id"`
@@ -214,16 +235,22 @@ type Delivery struct {
 	// beside ReceivedAt (when this delivery reached the gateway); nil when
 	// the broker sent none.
 	PublishTime *time.Time `json:"publish_time,omitempty"`
-	// Decision is the gate's answer to this delivery (ack, nack, reject) and Reason why.
+	// Found is the state a further delivery found the operation in; empty
+	// for the delivery that created it.
+	Found State `json:"found,omitempty"`
+	// Fence is the fencing token the delivery took the operation's lease
+	// with; 0 when it took none.
+	Fence int64 `json:"fence,omitempty"`
+	// Decision is the gate's answer to this delivery (ack, nack, reject) and
+	// Reason why; empty until it is known.
 	Decision Decision `json:"decision"`
 	Reason   string   `json:"reason,omitempty"`
 	// Anomaly flags deliveries the broker should not have sent, such as a
 	// redelivery after the ack went out.
 	Anomaly string `json:"anomaly,omitempty"`
+	// TraceID is this delivery's own trace; the operation keeps its first
+	// delivery's.
 	TraceID string `json:"trace_id,omitempty"`
-	// Owner is the lease owner token of a delivery that took the operation's
-	// lease; it names the row when the delivery's answer is recorded later.
-	Owner string `json:"owner,omitempty"`
 }
 
 // ResolutionKind is what an operator says about an operation's effect.
@@ -277,11 +304,18 @@ type OutboxEntry struct {
 	Passes int `json:"passes"`
 }
 
-// Answer records what a lease-taking delivery was told, once it is known.
+// Answer records what delivery N of an operation was told, once it is
+// known.
 type Answer struct {
-	Owner    string   `json:"owner"`
+	N        int      `json:"n"`
 	Decision Decision `json:"decision"`
 	Reason   string   `json:"reason,omitempty"`
+	Anomaly  string   `json:"anomaly,omitempty"`
+	// ResetFence is the fence of the delivery's lease when it came from a
+	// reservation store that had lost the operation's fencing counter
+	// (Lease.Reset), 0 otherwise: a fact kept with the operation's lease
+	// history.
+	ResetFence int64 `json:"reset_fence,omitempty"`
 }
 
 // DeadLetter records that the gateway took a message out of circulation.

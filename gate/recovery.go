@@ -297,7 +297,7 @@ func (g *Gate) reconcile(ctx context.Context, route *Route, op *Operation) (Plan
 	p := AfterCheck(Evidence{Route: route, Op: op, Held: true, Now: now}, res)
 
 	lookup := &Attempt{N: op.AttemptCount + 1, Kind: AttemptLookup, IdempotencyKey: op.IdempotencyKey,
-		Fence: lease.Fence, StartedAt: started, FinishedAt: &now, Outcome: res.Outcome,
+		Fence: lease.Fence, ContractVersion: route.ContractVersion, StartedAt: started, FinishedAt: &now, Outcome: res.Outcome,
 		StatusCode: res.StatusCode, ResultID: res.ResultID, Reason: bound(res.Reason)}
 	steps, err := stepsAlong(op.State, p.Path, p.Reason)
 	if err != nil {

@@ -70,6 +70,9 @@ func (g *Gate) relay(ctx context.Context, rr *Route, e *OutboxEntry) (*Result, e
 	case ActConflict, ActHandOff, ActRetentionGap:
 		return nil, fmt.Errorf("gate: relay: %s planned %s for a handed-off operation", op.ID, p.Action)
 	}
+	if h := LeaseRecorded(Evidence{Route: rr, Op: op, Now: now}, p); h.Action == ActHoldLease {
+		return &Result{Decision: Nack, Reason: bound(h.Reason), OperationID: op.ID, State: op.State}, nil
+	}
 	return g.reserved(ctx, d, op, p)
 }
 

@@ -70,10 +70,14 @@ func TestLocalCommitFailureLeavesNothing(t *testing.T) {
 		return nil
 	}
 	want(t, r.push(m, true), gate.Nack, "")
-	if len(r.ledger.IDs()) != 0 || x.Rows(r.key(m)) != 0 {
-		t.Fatalf("a failed transaction left %v and %d rows", r.ledger.IDs(), x.Rows(r.key(m)))
+	// The claim committed before the statement: intent and attempt 1 are on
+	// record, the statement's row and its evidence are not.
+	if s := r.snapshot(m); s.Op.State != gate.StatePendingEffect || len(s.Attempts) != 1 || s.Attempts[0].Outcome != "" ||
+		x.Rows(r.key(m)) != 0 {
+		t.Fatalf("a failed transaction left %+v, attempts %+v and %d rows", s.Op, s.Attempts, x.Rows(r.key(m)))
 	}
 	r.ledger.BeforeWrite = nil
+	r.ownerDied()
 	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
 	if x.Rows(r.key(m)) != 1 || x.Runs() != 2 {
 		t.Fatalf("%d rows after %d runs", x.Rows(r.key(m)), x.Runs())

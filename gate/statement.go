@@ -11,7 +11,7 @@ import (
 // record, never stored, so it cannot drift from the evidence.
 func Statement(op *Operation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, op.ContractVersion)
+	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, Contract(op))
 	if op.HandedOffAt != nil && !op.State.Confirmed() && op.State != StateConflicting {
 		handedOff(&b, op)
 		return b.String()
@@ -54,6 +54,17 @@ func Statement(op *Operation) string {
 		fmt.Fprintf(&b, "no effect evidence yet (state %s, %d attempt(s)). Not acknowledged.", op.State, op.AttemptCount)
 	}
 	return b.String()
+}
+
+// Contract is the contract version the operation's newest effect attempt
+// ran under, which is what its evidence was produced by; before any
+// attempt, the one it began with. A route fixed between attempts is named
+// as fixed.
+func Contract(op *Operation) string {
+	if a := op.LastAttempt; a != nil && a.ContractVersion != "" {
+		return a.ContractVersion
+	}
+	return op.ContractVersion
 }
 
 // successStatus names the 2xx that confirmed the effect, when the last attempt

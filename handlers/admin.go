@@ -117,7 +117,7 @@ func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRe
 		OwnerToken: op.Owner, FencingVersion: op.Fence, IdempotencyKey: op.IdempotencyKey,
 		ResultID: op.ResultID, EffectStatus: op.State, EvidenceTime: op.EvidenceAt,
 		AckConfirmedTime: op.AckedAt, IndeterminateLane: op.Lane, RetentionExpiry: op.RetainUntil,
-		TraceID: op.TraceID, ContractVersion: op.ContractVersion,
+		TraceID: op.TraceID, ContractVersion: gate.Contract(&op),
 	}
 	if n := len(rec.Deliveries); n > 0 {
 		ev.DeliveryID = rec.Deliveries[0].MessageID
@@ -147,7 +147,7 @@ func buildRecord(rec *adminapi.Record, routes []*gate.Route) adminapi.EvidenceRe
 		Operation: op, Evidence: ev, Statement: statement(&op, rec.Interventions),
 		Deliveries: nonNil(rec.Deliveries), Attempts: nonNil(rec.Attempts),
 		Transitions: nonNil(rec.Events), DeadLetters: nonNil(rec.DeadLetters),
-		ManualInterventions: nonNil(rec.Interventions),
+		ManualInterventions: nonNil(rec.Interventions), LeaseEvents: nonNil(rec.LeaseEvents),
 	}
 	if op.ConflictOf != "" {
 		out.Links = map[string]string{"conflict_of": "/v1/operations/" + op.ConflictOf}
@@ -239,29 +239,18 @@ func handleListOperations(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, msg)
 			return
 		}
-		f.Key = ledgerKey(o.Routes, f.Route, f.Key)
+		if f.Key != "" {
+			f.ByKey = adminapi.ByKey(o.Routes, f.Route, f.Key)
+		}
+		if f.MessageID != "" {
+			f.ByMessage = adminapi.ByMessage(o.Routes, f.Route, f.MessageID)
+		}
 		ops, next, err := o.Evidence.List(r.Context(), f)
 		if listFailed(w, r, o, "operations", err) {
 			return
 		}
 		writeJSON(w, http.StatusOK, adminapi.OperationList{Operations: nonNil(ops), NextCursor: next})
 	}
-}
-
-// ledgerKey is the key to search for: on a route whose key is drawn from a
-// private field the ledger holds only the key's keyed hash, so an operator
-// who has the value in clear (and names the route) is searched by its hash.
-// A key already hashed is taken as it is.
-func ledgerKey(routes []*gate.Route, route, key string) string {
-	if key == "" || route == "" || strings.HasPrefix(key, gate.HashedKeyPrefix) {
-		return key
-	}
-	for _, r := range routes {
-		if r.Name == route && r.Key.Hashed && r.HashKey != nil {
-			return r.HashKey(key)
-		}
-	}
-	return key
 }
 
 // maxQueryText bounds every free-text query parameter of the admin API.

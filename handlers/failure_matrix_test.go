@@ -120,22 +120,23 @@ func leaveOrphanedIntent(t *testing.T, e *env, route *gate.Route, id gate.Identi
 		IdempotencyKey: id.IdempotencyKey, Fence: 1, Owner: "dead-worker",
 		CreatedAt: now, UpdatedAt: now, RetainUntil: now.Add(route.Retention),
 	}
-	// The dead worker held a real lease, which lapses on its own.
-	lease, err := storage.NewReservations(e.rdb).Acquire(context.Background(), id.OperationID, "dead-worker", 50*time.Millisecond, 0)
-	if err != nil || lease.Fence != 1 {
-		t.Fatalf("the dead worker's lease: %+v, %v", lease, err)
-	}
+	// The dead worker held a real lease, recorded by its claim and taken in
+	// Redis, which lapses on its own.
+	lease := gate.Lease{Key: id.OperationID, Owner: "dead-worker", Fence: 1, Expires: now.Add(50 * time.Millisecond)}
 	w := gate.Claiming(nil, op, lease,
-		&gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub, Source: "s", MessageID: m.ID, ReceivedAt: now}, "")
-	err = e.ledger.Write(context.Background(), gate.StartChange(w, steps,
+		&gate.Delivery{OperationID: op.ID, N: 1, Broker: gate.BrokerPubSub, Source: "s", MessageID: m.ID, ReceivedAt: now})
+	_, created, err := e.ledger.Claim(context.Background(), gate.StartChange(w, steps,
 		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: id.IdempotencyKey, Fence: 1, StartedAt: now},
 		"dead worker", now))
-	if err != nil {
-		t.Fatalf("create orphaned intent: %v", err)
+	if err != nil || !created {
+		t.Fatalf("create orphaned intent: created %v, %v", created, err)
+	}
+	if _, err := storage.NewReservations(e.rdb).Take(context.Background(), lease, 50*time.Millisecond); err != nil {
+		t.Fatalf("the dead worker's lease: %v", err)
 	}
 	// The worker is dead once its lease has lapsed.
 	deadline := time.Now().Add(10 * time.Second)
-	for e.rdb.Exists(context.Background(), "ackgate:{"+id.OperationID+"}:lease").Val() != 0 {
+	for e.rdb.Exists(context.Background(), "ackgate:{"+id.OperationID+"}:lease").Val() != 0 || time.Now().Before(lease.Expires) {
 		if time.Now().After(deadline) {
 			t.Fatal("the dead worker's lease never lapsed")
 		}
@@ -253,6 +254,9 @@ func TestEvidenceStoreUnavailableAfterEffectAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.down.set(nil)
+	// The owner that could not record its outcome is gone once the lease
+	// the ledger records for it has run out.
+	e.clock.Advance(e.routes["mail"].AckDeadline + time.Second)
 	wantStatus(t, e.push("mail", m), http.StatusServiceUnavailable)
 	rec := e.record(e.opID("mail", m))
 	if rec.Operation.State != gate.StateEffectIndeterminate {

@@ -44,7 +44,7 @@ func TestConfirmedEffectAcksAfterCommittedEvidence(t *testing.T) {
 			t.Fatalf("transition %+v lacks its time or fence (operation fence %d)", ev, rec.Operation.Fence)
 		}
 	}
-	if d := rec.Deliveries; len(d) != 1 || d[0].Decision != gate.Ack || d[0].Owner == "" {
+	if d := rec.Deliveries; len(d) != 1 || d[0].Decision != gate.Ack || d[0].Fence != rec.Operation.Fence || d[0].N != 1 {
 		t.Fatalf("the delivery's answer is not recorded: %+v", d)
 	}
 	if len(rec.Attempts) != 1 || rec.Attempts[0].IdempotencyKey == "" || rec.Attempts[0].IdempotencyKey != e.down.Keys()[0] {
@@ -340,10 +340,10 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While the first owner may still be inside its bound, a redelivery is
-	// held off: Redis lost the lease, so only time can say the owner stopped.
+	// held off: Redis lost the lease, but the ledger recorded it.
 	held := e.push("orders", m)
 	wantStatus(t, held, http.StatusServiceUnavailable)
-	if !strings.Contains(held.Body.Reason, "lost its state") {
+	if !strings.Contains(held.Body.Reason, "holds the lease") {
 		t.Fatalf("redelivery inside the owner's bound: %+v", held.Body)
 	}
 	// Here the first call outlives that bound (the downstream ignores the
@@ -381,7 +381,7 @@ func TestStaleOwnerIsFencedAfterRedisFlush(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		d = e.record(id).Deliveries
 		return len(d) == 3 && d[0].Decision == gate.Nack && strings.Contains(d[0].Reason, "fenced") &&
-			d[1].Decision == gate.Nack && strings.Contains(d[1].Reason, "lost its state") && d[2].Decision == gate.Ack
+			d[1].Decision == gate.Nack && strings.Contains(d[1].Reason, "holds the lease") && d[2].Decision == gate.Ack && d[2].Fence == after.Operation.Fence
 	}, func() string {
 		return fmt.Sprintf("deliveries = %+v, want the stale one answered nack (fenced), the held one nack and the winner's ack", d)
 	})

@@ -117,7 +117,7 @@ func TestGoawsSubscribePublishEndToEnd(t *testing.T) {
 	var opID string
 	waitFor(t, func() bool {
 		var n int
-		err := e.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max(operation_id), '') FROM deliveries WHERE broker = 'sns' AND decision = 'ack'`).Scan(&n, &opID)
+		err := e.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max(id), '') FROM operations WHERE broker = 'sns' AND d1_decision = 'ack'`).Scan(&n, &opID)
 		return err == nil && n == 1
 	})
 	rec := e.waitState(opID, gate.StateAcknowledged)

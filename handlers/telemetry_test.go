@@ -47,8 +47,9 @@ func named(name string) func(tracetest.SpanStub) bool {
 }
 
 // One trace per delivery: the push request's server span, and under it the
-// reservation (with Redis's own span), the ledger writes (with the Postgres
-// query spans), the downstream client span, and the ack decision. The
+// reservation (with Redis's own span), the ledger writes (with the shared
+// batch that carried them and its Postgres query spans), the downstream
+// client span, and the ack decision. The
 // downstream, instrumented on its own with otelhttp, sees the same trace.
 func TestOneTraceFromPushToDownstream(t *testing.T) {
 	t.Parallel()
@@ -76,9 +77,9 @@ func TestOneTraceFromPushToDownstream(t *testing.T) {
 		{"Redis command", func(s tracetest.SpanStub) bool {
 			return hasAttr(s, "db.system", "redis") || hasAttr(s, "db.system.name", "redis")
 		}},
-		{"ledger find", named("ledger find")},
 		{"ledger claim", named("ledger claim")},
 		{"ledger settle", named("ledger settle")},
+		{"ledger batch", named("ledger batch")},
 		{"Postgres query", func(s tracetest.SpanStub) bool {
 			return hasAttr(s, "db.system", "postgresql") || hasAttr(s, "db.system.name", "postgresql")
 		}},

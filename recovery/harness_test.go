@@ -305,8 +305,8 @@ func (c *cluster) op(t *testing.T, route, messageID string) op {
 	err := c.pool.QueryRow(context.Background(), `
 		SELECT o.id, o.state::text, o.idempotency_key, o.fence, o.attempt_count, o.grant_through, o.checks,
 			o.next_check_at, o.updated_at
-		FROM operations o WHERE o.route = $1 AND o.conflict_of IS NULL AND o.id IN
-			(SELECT operation_id FROM deliveries WHERE message_id = $2)`, route, messageID).
+		FROM operations o WHERE o.route = $1 AND o.conflict_of IS NULL AND (o.message_id = $2 OR o.id IN
+			(SELECT operation_id FROM deliveries WHERE message_id = $2))`, route, messageID).
 		Scan(&o.ID, &o.State, &o.Key, &o.Fence, &o.Attempts, &o.Grant, &o.Checks, &o.NextCheck, &o.Updated)
 	if err != nil {
 		t.Fatalf("operation of %s/%s: %v", route, messageID, err)
@@ -314,21 +314,17 @@ func (c *cluster) op(t *testing.T, route, messageID string) op {
 	return o
 }
 
-// attempts lists an operation's attempts as kind:outcome:key.
+// attempts lists an operation's attempts as kind:outcome:key, as its
+// evidence record shows them.
 func (c *cluster) attempts(t *testing.T, id string) []string {
 	t.Helper()
-	rows, err := c.pool.Query(context.Background(),
-		`SELECT kind || ':' || outcome || ':' || idempotency_key FROM attempts WHERE operation_id = $1 ORDER BY n`, id)
+	rec, err := storage.NewLedger(c.pool).Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
+	for _, a := range rec.Attempts {
+		out = append(out, string(a.Kind)+":"+string(a.Outcome)+":"+a.IdempotencyKey)
 	}
 	return out
 }

@@ -136,7 +136,7 @@ func TestPurgeRemovesOnlyExpiredSettledEvidence(t *testing.T) {
 	if n := c.count(t, `SELECT count(*) FROM operations WHERE conflict_of IS NOT NULL`); n != 1 {
 		t.Errorf("%d conflict records left, want 1", n)
 	}
-	for _, table := range []string{"deliveries", "attempts", "transitions", "dead_letters", "manual_interventions"} {
+	for _, table := range []string{"deliveries", "attempts", "transitions", "dead_letters", "interventions", "lease_events"} {
 		if n := c.count(t, `SELECT count(*) FROM `+table+` WHERE operation_id = ANY($1)`, purgedIDs); n != 0 {
 			t.Errorf("%d %s rows left of purged operations", n, table)
 		}

@@ -30,6 +30,9 @@ func ledgerHarness(l *storage.Ledger) gatetest.LedgerHarness {
 		rec := mustGet(t, l, id)
 		s := gatetest.Snapshot{Op: rec.Operation, Deliveries: rec.Deliveries, Attempts: rec.Attempts, DeadLetters: rec.DeadLetters,
 			Interventions: rec.Interventions}
+		for _, e := range rec.LeaseEvents {
+			s.LeaseEvents = append(s.LeaseEvents, gatetest.LeaseEvent{Kind: e.Kind, Fence: e.Fence})
+		}
 		for _, e := range rec.Events {
 			s.Transitions = append(s.Transitions, gate.Transition{From: e.From, To: e.To})
 		}

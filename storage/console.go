@@ -15,19 +15,23 @@ import (
 // The operator console's lanes. Every query here walks an index in the
 // order it returns rows and stops after one page (or, for counts, at a
 // cap), so a ledger of millions of operations costs a page, not a scan
-// (TestLaneQueriesUseIndexes, BenchmarkLanesMillion). A lane's state is
-// written into the SQL as a literal, never bound as a parameter: the lane
-// indexes are partial (WHERE waiting IN ..., migration 0016), and a plan
-// made for "$1" could not prove a parameter inside their predicate, so a
-// cached generic plan would fall back to reading the table (see inState).
+// (TestLaneQueriesUseIndexes, BenchmarkLanesMillion): a lane is read from
+// the lanes' index (operations_lanes), which only operations off the common
+// path enter, and open work not swept into it yet from the rows past the
+// sweep's cursor (inState).
 
 // LaneCountCap is where lane counts stop counting: beyond it an operator
 // needs to know "a lot", not the figure, and counting further would read
 // the whole lane.
 const LaneCountCap = 10000
 
+// laneCols are a lane entry's columns. The dead letter is the latest.
+const laneCols = `o.seq, o.id, o.route, o.state, o.key, o.fingerprint, o.shape, coalesce(o.conflict_of, ''),
+	o.attempt_count, o.delivery_count, o.reason, o.lane, o.trace_id, o.created_at, o.updated_at,
+	dl.at, coalesce(dl.reason, '')`
+
 // LanePage returns one page of a lane, oldest first, keyset-paginated on
-// (created_at, id).
+// the operations' time order.
 func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.LanePage, error) {
 	sql, args, limit, err := laneQuery(f)
 	if err != nil {
@@ -37,8 +41,10 @@ func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.
 	if err != nil {
 		return adminapi.LanePage{}, translate("lane", err)
 	}
+	var seqs []int64
 	entries, err := collect(rows, []adminapi.LaneEntry{}, func(e *adminapi.LaneEntry) []any {
-		return []any{&e.ID, &e.Route, &e.State, &e.Key, &e.Fingerprint, &e.Shape, &e.ConflictOf,
+		seqs = append(seqs, 0)
+		return []any{&seqs[len(seqs)-1], &e.ID, &e.Route, &e.State, &e.Key, &e.Fingerprint, &e.Shape, &e.ConflictOf,
 			&e.AttemptCount, &e.DeliveryCount, &e.Reason, &e.Lane, &e.TraceID, &e.CreatedAt, &e.UpdatedAt,
 			&e.DeadLetterAt, &e.DeadLetterReason}
 	})
@@ -48,8 +54,7 @@ func (l *Ledger) LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.
 	page := adminapi.LanePage{Entries: entries}
 	if len(entries) > limit {
 		page.Entries = entries[:limit]
-		last := page.Entries[limit-1]
-		page.Next = encodeCursor(last.CreatedAt, last.ID)
+		page.Next = encodeSeq(seqs[limit-1])
 	}
 	return page, nil
 }
@@ -66,34 +71,33 @@ func laneQuery(f adminapi.LaneFilter) (string, []any, int, error) {
 		}
 	}
 	limit := pageLimit(f.Limit)
-	// The state is one of gate.States (checked above), so quoting it as a
-	// literal is safe.
-	where := []string{inState("o", f.State)}
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	w := &where{}
 	if f.Route != "" {
-		where = append(where, "o.route = "+arg(f.Route))
+		w.add("o.route = " + w.arg(f.Route))
 	}
 	if f.MessageID != "" {
-		where = append(where, "o.id IN (SELECT d.operation_id FROM deliveries d WHERE d.message_id = "+arg(f.MessageID)+")")
+		w.add(messageCondition(w, f.MessageID, f.ByMessage))
 	}
 	if f.Cursor != "" {
-		at, id, err := decodeCursor(f.Cursor)
+		seq, err := decodeSeq(f.Cursor)
 		if err != nil {
 			return "", nil, 0, fmt.Errorf("storage: lane: %w: %v", adminapi.ErrInvalidFilter, err)
 		}
-		where = append(where, "(o.created_at, o.id) > ("+arg(at)+", "+arg(id)+")")
+		w.add("o.seq > " + w.arg(seq))
 	}
-	sql := `SELECT o.id, o.route, o.state, o.key, o.fingerprint, o.shape, coalesce(o.conflict_of, ''),
-		o.attempt_count, o.delivery_count, o.reason, o.lane, o.trace_id, o.created_at, o.updated_at,
-		dl.at, coalesce(dl.reason, '')
-	FROM operations o LEFT JOIN dead_letters dl ON dl.operation_id = o.id
-	WHERE ` + strings.Join(where, " AND ") + `
-	ORDER BY o.created_at, o.id LIMIT ` + arg(limit+1)
-	return sql, args, limit, nil
+	lim := w.arg(limit + 1)
+	var parts []string
+	for _, cond := range inState("o", f.State) {
+		// The latest dead letter of each row of the page, by its own index.
+		parts = append(parts, `(SELECT `+laneCols+` FROM operations o
+		LEFT JOIN LATERAL (SELECT at, reason FROM dead_letters WHERE operation_id = o.id ORDER BY id DESC LIMIT 1) dl ON true
+		WHERE `+w.and(cond)+` ORDER BY o.seq LIMIT `+lim+`)`)
+	}
+	sql := parts[0]
+	if len(parts) > 1 {
+		sql = `SELECT * FROM (` + strings.Join(parts, " UNION ALL ") + `) u ORDER BY u.seq LIMIT ` + lim
+	}
+	return sql, w.args, limit, nil
 }
 
 // LaneTotals counts, per route, the operations in each of states and the
@@ -142,24 +146,11 @@ func (l *Ledger) LaneTotals(ctx context.Context, routes []string, states []gate.
 // laneCountSQL counts one route's operations in state s, up to $2. The
 // state was checked against gate.States by the caller.
 func laneCountSQL(s gate.State) string {
-	return `SELECT count(*) FROM (SELECT 1 FROM operations o WHERE o.route = $1 AND ` + inState("o", s) + ` LIMIT $2) lane`
-}
-
-// inState is the condition for operations of alias in state s, written so
-// that the planner can walk the indexes of migration 0016, which hold
-// waiting rather than state: an open state's operations are among the open
-// work, a lane's are the lane. The caller checked s against gate.States,
-// so it is written as a literal; a bound parameter could not prove a
-// partial index's predicate.
-func inState(alias string, s gate.State) string {
-	cond := alias + ".state = '" + string(s) + "'"
-	switch s {
-	case gate.StateEffectIndeterminate, gate.StateTerminalFailure, gate.StateConflicting:
-		return alias + ".waiting = '" + string(s) + "' AND " + cond
-	case gate.StateAcknowledged:
-		return cond
+	var parts []string
+	for _, cond := range inState("o", s) {
+		parts = append(parts, `SELECT 1 FROM operations o WHERE o.route = $1 AND `+cond)
 	}
-	return alias + ".waiting = 'open' AND " + cond
+	return `SELECT count(*) FROM (` + strings.Join(parts, " UNION ALL ") + ` LIMIT $2) lane`
 }
 
 const outboxCountSQL = `SELECT count(*) FROM (SELECT 1 FROM outbox WHERE route = $1 AND delivered_at IS NULL LIMIT $2) lane`
@@ -207,11 +198,4 @@ func (l *Ledger) OutboxPage(ctx context.Context, f adminapi.OutboxFilter) (admin
 		page.Next = encodeCursor(last.NextAttemptAt, last.OperationID)
 	}
 	return page, nil
-}
-
-func pageLimit(n int) int {
-	if n <= 0 {
-		return defaultListLimit
-	}
-	return min(n, maxListLimit)
 }

@@ -1,46 +1,30 @@
 package storage
 
 import (
-	"slices"
+	"context"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// SendBatch sends changes to the server as one shared statement, as group
-// commit does when they arrive together, and returns each one's answer.
+// SendBatch sends changes to the server as one round trip, as group commit
+// does when they arrive together, and returns each one's answer.
 func (l *Ledger) SendBatch(changes []*gate.Change) []error {
-	batch := make([]*pending, len(changes))
+	batch := make([]*job, len(changes))
 	for i, c := range changes {
-		wire, err := encode(c)
-		if err != nil {
-			panic(err)
-		}
-		batch[i] = &pending{id: c.OperationID, wire: wire, done: make(chan error, 1)}
+		batch[i] = &job{kind: changeJob, id: c.OperationID, change: c, span: trace.SpanFromContext(context.Background()), done: make(chan jobResult, 1)}
 	}
-	return l.sendAll(batch)
-}
-
-// SendRaw sends wire forms as they are, to break the shared statement
-// itself.
-func (l *Ledger) SendRaw(ids []string, wires [][]byte) []error {
-	batch := make([]*pending, len(ids))
-	for i := range ids {
-		batch[i] = &pending{id: ids[i], wire: wires[i], done: make(chan error, 1)}
-	}
-	return l.sendAll(batch)
-}
-
-func (l *Ledger) sendAll(batch []*pending) []error {
-	l.send(slices.Clone(batch))
+	l.send(batch)
 	out := make([]error, len(batch))
-	for i, p := range batch {
-		out[i] = <-p.done
+	for i, j := range batch {
+		out[i] = (<-j.done).err
 	}
 	return out
 }
 
-// HoldFlushers makes every flusher slot look busy, so Writes queue up, and
-// returns a function that releases them into one flush.
+// HoldFlushers makes every flusher slot look busy, so steps queue up, and
+// returns a function that releases them into flushes.
 func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 	c := &l.commit
 	c.mu.Lock()
@@ -56,29 +40,24 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 		c.flushers = 1
 		c.mu.Unlock()
 		l.flush() // leaves the slot when the queue is empty
-
 	}
 	return queued, release
 }
 
-// SendPerChangeOnly makes every batch go through ackgate_write, as before
-// migration 0017, so that a test can compare the two ways.
-func (l *Ledger) SendPerChangeOnly() {
-	l.commit.mu.Lock()
-	defer l.commit.mu.Unlock()
-	l.commit.setFrom = maxBatch + 1
+// DeadLettersQuery exposes the listing's SQL, for its plan.
+func (l *Ledger) DeadLettersQuery(f adminapi.DeadLetterFilter) (string, []any, error) {
+	sql, args, _, err := deadLettersQuery(f)
+	return sql, args, err
 }
 
-// SetBasedFrom sends batches of n changes or more set-based, in place of
-// minSetBatch, so that a test's small batches take that path.
-func (l *Ledger) SetBasedFrom(n int) {
-	l.commit.mu.Lock()
-	defer l.commit.mu.Unlock()
-	l.commit.setFrom = n
+// LaneQuery exposes a lane page's SQL, for its plan.
+func LaneQuery(f adminapi.LaneFilter) (string, []any, error) {
+	sql, args, _, err := laneQuery(f)
+	return sql, args, err
 }
 
-// Encode exposes the wire form of a change.
-func Encode(c *gate.Change) ([]byte, error) { return encode(c) }
+// SchemaDDL is schema.sql's DDL.
+func SchemaDDL() string { return schemaDDL }
 
-// EncodeDeliveryOnly exposes the wire form of RecordDelivery.
-func EncodeDeliveryOnly(d *gate.Delivery) ([]byte, error) { return encodeDeliveryOnly(d) }
+// Queries are schema.sql's named queries.
+func Queries() map[string]string { return queries }

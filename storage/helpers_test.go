@@ -3,8 +3,6 @@ package storage_test
 import (
 	"context"
 	"errors"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +19,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // migratedURL is a fresh, migrated database of this test's own.
-func migratedURL(t *testing.T) string {
+func migratedURL(t testing.TB) string {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
 	if err := storage.Migrate(context.Background(), url); err != nil {
@@ -30,7 +28,7 @@ func migratedURL(t *testing.T) string {
 	return url
 }
 
-func newLedger(t *testing.T) (*storage.Ledger, *pgxpool.Pool) {
+func newLedger(t testing.TB) (*storage.Ledger, *pgxpool.Pool) {
 	t.Helper()
 	pool, err := storage.OpenPool(context.Background(), migratedURL(t))
 	if err != nil {
@@ -38,50 +36,6 @@ func newLedger(t *testing.T) (*storage.Ledger, *pgxpool.Pool) {
 	}
 	t.Cleanup(pool.Close)
 	return storage.NewLedger(pool), pool
-}
-
-// writeCounter counts the writes a pool makes to the network. pgx writes once
-// per round trip (it sends a whole message sequence, then waits), so the count
-// is the number of round trips.
-type writeCounter struct{ n atomic.Int64 }
-
-type countingConn struct {
-	net.Conn
-	w *writeCounter
-}
-
-func (c countingConn) Write(p []byte) (int, error) {
-	c.w.n.Add(1)
-	return c.Conn.Write(p)
-}
-
-// newCountingLedger is a ledger on a single connection whose round trips are
-// counted, so a test can prove what a call costs.
-func newCountingLedger(t *testing.T) (*storage.Ledger, *writeCounter) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(migratedURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	// The pool pings a connection idle for over a second before handing it
-	// out; on a slow machine that would add a round trip the ledger did not make.
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	w := &writeCounter{}
-	var d net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: conn, w: w}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return storage.NewLedger(pool), w
 }
 
 func newOperation(name string) *gate.Operation {
@@ -103,7 +57,7 @@ func newOperation(name string) *gate.Operation {
 	}
 }
 
-func steps(t *testing.T, from gate.State, to ...gate.State) []gate.Step {
+func steps(t testing.TB, from gate.State, to ...gate.State) []gate.Step {
 	t.Helper()
 	edges, err := gate.Path(from, to...)
 	if err != nil {
@@ -116,63 +70,82 @@ func steps(t *testing.T, from gate.State, to ...gate.State) []gate.Step {
 	return out
 }
 
-func delivery(messageID string, at time.Time) *gate.Delivery {
+func delivery(messageID string, n int, at time.Time) *gate.Delivery {
 	return &gate.Delivery{
+		N:          n,
 		Broker:     gate.BrokerPubSub,
 		Source:     "projects/p/subscriptions/orders",
 		MessageID:  messageID,
 		ReceivedAt: at,
-		Decision:   gate.Nack,
+		TraceID:    "trace-" + messageID,
 	}
 }
 
-// createChange is the first commit of a new operation: admitted, reserved
-// under fence 1 and with effect attempt 1 recorded before the call.
-func createChange(t *testing.T, l *storage.Ledger, op *gate.Operation) error {
+// creating is the claim of a new operation's first delivery: admitted,
+// reserved under fence 1 and with effect attempt 1 recorded before the call.
+func creating(t testing.TB, op *gate.Operation, messageID string, at time.Time) *gate.Change {
 	t.Helper()
-	w := gate.Claiming(nil, op, gate.Lease{Owner: "owner-a", Fence: 1, Expires: t0.Add(30 * time.Second)},
-		delivery("m-1", t0), "trace-1")
-	return l.Write(context.Background(), gate.StartChange(w,
-		steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
-		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: 1, StartedAt: t0},
-		"new operation", t0))
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "owner-a", Fence: 1, Expires: at.Add(30 * time.Second)},
+		delivery(messageID, 1, at))
+	c := gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: 1,
+			ContractVersion: op.ContractVersion, StartedAt: at},
+		gate.ReasonNewOperation, at)
+	acked := gate.RedeliveredAfterAck()
+	c.Claim.AckedAnswer = &gate.Answer{Decision: acked.Answer, Reason: acked.Reason, Anomaly: acked.Anomaly}
+	return c
 }
 
-// claiming is a delivery of owner taking operation id, now in from, under
-// fence, as the gate's claims do.
-func claiming(id string, from gate.State, fence int64, owner string, deadline time.Time, d *gate.Delivery) gate.Writer {
-	return gate.Claiming(&gate.Operation{ID: id, State: from}, nil,
-		gate.Lease{Owner: owner, Fence: fence, Expires: deadline}, d, "")
+// createPending creates op in pending_effect with attempt 1 started.
+func createPending(t testing.TB, l *storage.Ledger, op *gate.Operation) {
+	t.Helper()
+	got, created, err := l.Claim(context.Background(), creating(t, op, "m-1", t0))
+	if err != nil || !created || got.ID != op.ID {
+		t.Fatalf("create %s: %+v, created %v, %v", op.ID, got, created, err)
+	}
+}
+
+// confirm settles op's attempt 1 as confirmed, under fence 1, answering
+// the first delivery ack.
+func confirm(t testing.TB, op *gate.Operation, result string, at time.Time) *gate.Change {
+	t.Helper()
+	fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: result}
+	w := gate.Settling(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, 1, fin,
+		&gate.Answer{N: 1, Decision: gate.Ack, Reason: "downstream confirmed the effect"},
+		gate.LeaseFacts{Deadline: t0.Add(30 * time.Second)})
+	return gate.ConfirmChange(w, steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending),
+		result, "downstream confirmed the effect", at)
+}
+
+// acked marks op, confirmed under fence, acknowledged.
+func acked(t testing.TB, op *gate.Operation, fence int64, at time.Time) *gate.Change {
+	t.Helper()
+	return gate.AckedChange(op.ID, gate.StateAckPending, fence, steps(t, gate.StateAckPending, gate.StateAcknowledged), at)
 }
 
 // settling is the holder of fence recording how attempt fin ended.
-func settling(id string, from gate.State, fence int64, fin *gate.Attempt, extensions int) gate.Writer {
-	return gate.Settling(&gate.Operation{ID: id, State: from}, fence, fin, nil, gate.LeaseFacts{Extensions: extensions, Deadline: t0.Add(time.Hour)})
-}
-
-func createPending(t *testing.T, l *storage.Ledger, op *gate.Operation) {
-	t.Helper()
-	if err := createChange(t, l, op); err != nil {
-		t.Fatalf("create %s: %v", op.ID, err)
+func settling(id string, from gate.State, fence int64, fin *gate.Attempt, n int) gate.Writer {
+	var a *gate.Answer
+	if n > 0 {
+		a = &gate.Answer{N: n, Decision: gate.Nack, Reason: "settled"}
 	}
+	return gate.Settling(&gate.Operation{ID: id, State: from}, fence, fin, a, gate.LeaseFacts{Deadline: t0.Add(time.Hour)})
 }
 
-func mustFind(t *testing.T, l *storage.Ledger, scopeKey string) *gate.Operation {
-	t.Helper()
-	op, err := l.Find(context.Background(), scopeKey)
-	if err != nil {
-		t.Fatalf("find %s: %v", scopeKey, err)
-	}
-	return op
-}
-
-func mustGet(t *testing.T, l *storage.Ledger, id string) *adminapi.Record {
+func mustGet(t testing.TB, l *storage.Ledger, id string) *adminapi.Record {
 	t.Helper()
 	rec, err := l.Get(context.Background(), id)
 	if err != nil {
 		t.Fatalf("get %s: %v", id, err)
 	}
 	return rec
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sqlState returns the SQLSTATE in err's chain, "" when there is none.

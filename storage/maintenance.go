@@ -33,18 +33,20 @@ const settledStates = `('acknowledged', 'terminal_failure', 'conflicting')`
 // and moves their next check $3 ahead, so that no other replica takes them
 // until this one's lookup is over. The operation's own lease still guards
 // the write: the claim only spares the lookup endpoint a second question.
-const claimDueSQL = `
+// It is the reconciler's bookkeeping, not a step of the operation, so it is
+// no change of the ledger's: it moves no state and no fence.
+var claimDueSQL = expandColumns(`
 UPDATE operations AS o SET next_check_at = now() + $3::bigint * interval '1 microsecond'
 FROM (
-	SELECT id FROM operations
-	WHERE waiting = 'effect_indeterminate' AND state = 'effect_indeterminate' AND conflict_of IS NULL AND shape IN ('lookup', 'handoff') AND route = $1
+	SELECT seq FROM operations
+	WHERE waiting = 'effect_indeterminate' AND route = $1 AND shape IN ('lookup', 'handoff')
 		AND coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond') <= now()
-	ORDER BY coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond'), id
+	ORDER BY coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond'), seq
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
 ) due
-WHERE o.id = due.id
-RETURNING ` + operationColumns
+WHERE o.seq = due.seq
+RETURNING {{operation o}}`)
 
 // ClaimDue claims up to limit indeterminate operations of lookup route
 // route that are due for a check: never checked and unchanged for interval,
@@ -55,35 +57,42 @@ func (m *Maintenance) ClaimDue(ctx context.Context, route string, interval, hori
 	if err != nil {
 		return nil, translate("claim due checks", err)
 	}
-	ops, err := collect(rows, []gate.Operation{}, operationFields)
-	return ops, translate("claim due checks", err)
+	ops := []gate.Operation{}
+	for rows.Next() {
+		var s scannedOperation
+		if err := rows.Scan(s.fields()...); err != nil {
+			rows.Close()
+			return nil, translate("claim due checks", err)
+		}
+		ops = append(ops, *s.operation(nil))
+	}
+	return ops, translate("claim due checks", rows.Err())
 }
 
 // purgeSQL deletes up to $1 settled operations whose retention has run out,
-// oldest first, with everything that hangs off them (deliveries, attempts,
-// transitions, dead letters and interventions go by ON DELETE CASCADE).
+// oldest first along the operations' time order, with everything that
+// hangs off them (side rows go by ON DELETE CASCADE).
 //
-// Conflict records go with their original when it goes (by the cascade,
-// and the RETURNING names them), or on their own when their original stays.
-// An original stays while one of its conflict records is still retained:
-// the cascade would have to delete that record too, and the retention guard
-// would refuse the whole batch. A conflict record whose original goes in
-// this pass is left to the cascade, so that it is removed, and counted,
-// once.
+// An original stays while one of its conflict records is still retained;
+// when it goes, its conflict records go with it in the same statement (and
+// are named), and a conflict record whose original stays goes on its own.
 const purgeSQL = `
 WITH doomed AS (
-	SELECT o.id FROM operations o
+	SELECT o.seq, o.id FROM operations o
 	WHERE o.retain_until < now() AND o.state IN ` + settledStates + `
 		AND NOT EXISTS (SELECT 1 FROM operations c WHERE c.conflict_of = o.id AND c.retain_until >= now())
-		AND (o.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM operations orig
-			WHERE orig.id = o.conflict_of AND orig.retain_until < now() AND orig.state IN ` + settledStates + `
-				AND NOT EXISTS (SELECT 1 FROM operations c WHERE c.conflict_of = orig.id AND c.retain_until >= now())))
-	ORDER BY o.retain_until
+	ORDER BY o.seq
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM operations o USING doomed WHERE o.seq = doomed.seq
+	RETURNING o.id, o.route
+), records AS (
+	DELETE FROM operations c USING gone
+	WHERE c.conflict_of = gone.id AND c.seq NOT IN (SELECT seq FROM doomed)
+	RETURNING c.id, c.route
 )
-DELETE FROM operations o USING doomed WHERE o.id = doomed.id
-RETURNING o.id, o.route, ARRAY(SELECT c.id FROM operations c WHERE c.conflict_of = o.id)`
+SELECT id, route FROM gone UNION ALL SELECT id, route FROM records`
 
 // PurgeBatch deletes up to limit expired settled operations in one short
 // transaction and returns their ids by route, with the conflict records
@@ -95,13 +104,9 @@ func (m *Maintenance) PurgeBatch(ctx context.Context, limit int) (map[string][]s
 		return nil, translate("purge", err)
 	}
 	out := map[string][]string{}
-	var (
-		id, route string
-		cascaded  []string
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &route, &cascaded}, func() error {
+	var id, route string
+	_, err = pgx.ForEachRow(rows, []any{&id, &route}, func() error {
 		out[route] = append(out[route], id)
-		out[route] = append(out[route], cascaded...)
 		return nil
 	})
 	return out, translate("purge", err)
@@ -110,10 +115,11 @@ func (m *Maintenance) PurgeBatch(ctx context.Context, limit int) (map[string][]s
 // KeptOpen counts, per route, the operations past their retention that the
 // purge keeps because they are not settled: an open, indeterminate or
 // confirmed-but-unacknowledged operation is still the only thing that tells
-// a redelivery it is not new.
+// a redelivery it is not new. Open work that old has been swept into the
+// lanes, so the count reads the lanes' index.
 func (m *Maintenance) KeptOpen(ctx context.Context) (map[string]int64, error) {
 	rows, err := m.pool.Query(ctx, `SELECT route, count(*) FROM operations
-		WHERE retain_until < now() AND state NOT IN `+settledStates+` GROUP BY route`)
+		WHERE waiting IN ('open', 'effect_indeterminate') AND retain_until < now() GROUP BY route`)
 	if err != nil {
 		return nil, translate("kept open", err)
 	}
@@ -150,13 +156,6 @@ func (m *Maintenance) PurgePoison(ctx context.Context, route string, others []st
 	return tag.RowsAffected(), nil
 }
 
-// laneWaiting selects the states an operation waits in: open work, the
-// indeterminate lane and the terminal one. Settled, acknowledged work and
-// conflict records are history, not lanes, and are not counted; the partial
-// index operations_waiting (migration 0016) holds these and conflict
-// records only, so the count reads the index, never the whole table.
-const laneWaiting = `('open', 'effect_indeterminate', 'terminal_failure')`
-
 // LaneStat is how many operations of a route wait in one lane state, and
 // since when the oldest of them exists.
 type LaneStat struct {
@@ -166,15 +165,54 @@ type LaneStat struct {
 	Oldest time.Time
 }
 
-// LaneStats counts every lane of every route in one statement. It is what
-// the lane gauges' background refresh runs; nothing runs it per scrape.
+// LaneStats counts every lane of every route in one statement, from the
+// lanes' index: open work off the common path (swept or logged), the
+// indeterminate lane and the terminal one. Conflict records are history,
+// not work, and are not counted. It is what the lane gauges' background
+// refresh runs; nothing runs it per scrape.
 func (m *Maintenance) LaneStats(ctx context.Context) ([]LaneStat, error) {
 	rows, err := m.pool.Query(ctx, `SELECT route, state, count(*), min(created_at) FROM operations
-		WHERE waiting IN `+laneWaiting+` AND conflict_of IS NULL
+		WHERE waiting IN ('open', 'effect_indeterminate', 'terminal_failure')
 		GROUP BY route, state ORDER BY route, state`)
 	if err != nil {
 		return nil, translate("lane stats", err)
 	}
 	out, err := collect(rows, []LaneStat{}, func(s *LaneStat) []any { return []any{&s.Route, &s.State, &s.N, &s.Oldest} })
 	return out, translate("lane stats", err)
+}
+
+// sweepSQL moves open work that outlived every owner's bound into the
+// lanes (waiting = 'open'), reading each row once: the rows between the
+// sweep's cursor and the newest seq the ledger had reached $1 ago (a mark
+// of an earlier pass), and then notes where the ledger is now for a later
+// pass. Replicas running it at once queue on the cursor's row.
+const sweepSQL = `
+WITH cursor AS (
+	SELECT seq FROM sweep_cursor FOR UPDATE
+), upto AS (
+	SELECT max(m.seq) AS seq FROM sweep_marks m WHERE m.at <= now() - $1::bigint * interval '1 microsecond'
+), swept AS (
+	UPDATE operations o SET waiting = 'open'
+	FROM cursor, upto
+	WHERE o.seq > cursor.seq AND o.seq <= upto.seq AND o.waiting IS NULL AND o.state <> 'acknowledged'
+	RETURNING o.seq
+), moved AS (
+	UPDATE sweep_cursor SET seq = upto.seq FROM upto, cursor WHERE upto.seq > cursor.seq
+), marked AS (
+	INSERT INTO sweep_marks (at, seq)
+	SELECT now(), coalesce((SELECT seq FROM operations ORDER BY seq DESC LIMIT 1), 0)
+	ON CONFLICT (at) DO NOTHING
+), forgotten AS (
+	DELETE FROM sweep_marks m USING upto WHERE m.seq < upto.seq
+)
+SELECT count(*) FROM swept`
+
+// Sweep moves open work older than after (the longest any owner may still
+// be at work: every route's ack deadline plus its lease extension) into the
+// lanes, so the lanes and their gauges see work no owner finished, and
+// returns how many operations it moved.
+func (m *Maintenance) Sweep(ctx context.Context, after time.Duration) (int64, error) {
+	var n int64
+	err := m.pool.QueryRow(ctx, sweepSQL, after.Microseconds()).Scan(&n)
+	return n, translate("sweep", err)
 }

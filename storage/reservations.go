@@ -90,6 +90,21 @@ redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, reset}
 `)
 
+// takeScript takes the lease at the fence given, {1}, when nobody holds
+// it, raising the counter to that fence; {0} when another owner holds it.
+var takeScript = redis.NewScript(`
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] .. ':' .. ARGV[2] then
+	return 0
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+	redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
 // forgetScript drops an operation's fencing counter unless its lease is held
 // right now: a holder is a delivery of a message whose evidence was just
 // purged (a broker redelivering past retention), and its counter expires on
@@ -134,6 +149,27 @@ func (r *Reservations) Acquire(ctx context.Context, key, owner string, ttl time.
 		return gate.Lease{}, fmt.Errorf("storage: acquire %s: %w", key, gate.ErrHeld)
 	}
 	return gate.Lease{Key: key, Owner: owner, Fence: res[0], Expires: start.Add(ttl), Reset: res[1] == 1}, nil
+}
+
+// Take implements gate.Reservations: one script call, as Acquire.
+func (r *Reservations) Take(ctx context.Context, l gate.Lease, ttl time.Duration) (gate.Lease, error) {
+	if err := checkLease(l.Key, l.Owner, ttl); err != nil {
+		return gate.Lease{}, err
+	}
+	if l.Fence < 1 {
+		return gate.Lease{}, fmt.Errorf("storage: take %s: fence %d is not a fence", l.Key, l.Fence)
+	}
+	start := time.Now()
+	ok, err := takeScript.Run(ctx, r.c, []string{leaseKey(l.Key), fenceKey(l.Key)},
+		l.Owner, l.Fence, ttl.Milliseconds(), r.fenceTTL.Milliseconds()).Int()
+	if err != nil {
+		return gate.Lease{}, fmt.Errorf("storage: take %s: %w", l.Key, err)
+	}
+	if ok == 0 {
+		return gate.Lease{}, fmt.Errorf("storage: take %s: %w", l.Key, gate.ErrHeld)
+	}
+	l.Expires, l.Reset = start.Add(ttl), false
+	return l, nil
 }
 
 // Renew extends l by ttl from now, if l is still the lease held.

@@ -11,102 +11,94 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
 )
 
 // Group commit.
 //
-// A commit costs a WAL flush, and on a busy ledger the flushes, not the
-// statements, bound throughput. So concurrent deliveries' writes share one:
-// each Write queues its change, and a caller that finds fewer than
-// maxFlushers running starts one: a goroutine of the ledger's own that takes
-// everything queued so far, up to maxBatch, to the server as one statement
-// in one implicit transaction, hands each caller its own answer, and goes on
-// until the queue is empty. Nothing waits on a timer: a change that arrives
-// while a batch is on the wire simply rides the next one, so under load
-// batches grow by themselves and a lone delivery pays only a goroutine
-// handoff. The flushers are the ledger's rather than a caller's so that no
-// delivery's goroutine runs other deliveries' batches on its stack, which
-// would grow that stack for the rest of its life.
+// A commit costs a WAL flush, and on a busy ledger the flushes bound
+// throughput. So concurrent deliveries' steps share one: each caller queues
+// its step, and a caller that finds fewer than maxFlushers running starts
+// one, a goroutine of the ledger's own that takes what is queued (up to
+// maxBatch) to the server as one round trip: at most one statement per step
+// kind (claim, change, answer; schema.sql), each taking its elements as
+// typed arrays, in one implicit transaction and one commit. It hands each
+// caller its own answer and goes on until the queue is empty. Nothing waits
+// on a timer: a step that arrives while a batch is on the wire rides the
+// next one, so under load batches grow by themselves and a lone delivery
+// pays only a goroutine handoff. A batch of one is a batch.
 //
-// A batch of distinct operations is applied whole by ackgate_write_batch
-// (migrations/0017_set_based_batches.sql) in a fixed number of statements;
-// otherwise, and again when that raises, each change runs inside
-// ackgate_write's own subtransaction. Either way each change answers with a
-// word rather than raising: a fenced or refused change writes nothing and
-// never fails a neighbour. If the shared statement itself fails (the
-// connection drops, the commit fails), every change in it gets the error, so
-// no caller acks on a commit that did not happen.
+// A statement takes each operation once (an UPDATE cannot move one row
+// twice), so a step for an operation already in the batch waits for the
+// next. A refused step writes nothing and never fails a neighbour: the
+// statements answer each element rather than raise. A statement that does
+// raise (a bug, or a guard refusing what the write path should never send)
+// takes the batch back whole, and every step in it is sent again alone, so
+// each gets the answer it alone earns. Any other failure (the connection
+// drops, the commit's outcome is unknown) fails every step in the batch:
+// resending a batch that may have committed could write it twice.
 
 const (
-	// maxBatch stays under the 64 subtransactions a Postgres backend tracks
-	// without overflowing to pg_subtrans, which would slow every snapshot.
-	maxBatch = 32
+	// maxBatch bounds the steps of one round trip.
+	maxBatch = 64
 	// maxFlushers bounds the connections group commit holds at once, leaving
 	// the rest of the pool to reads.
 	maxFlushers = 2
+	// batchTimeout bounds one shared round trip. It is generous: a batch
+	// that takes longer is a ledger in trouble, and every delivery in it
+	// nacks.
+	batchTimeout = 30 * time.Second
 )
 
-const writeSQL = `SELECT ackgate_write(c) FROM unnest($1::jsonb[]) WITH ORDINALITY AS t(c, i) ORDER BY i`
+type jobKind int
 
-// writeBatchSQL applies a batch with a fixed number of statements
-// (migrations/0017_set_based_batches.sql) and answers with the same words.
-const writeBatchSQL = `SELECT ackgate_write_batch($1::jsonb[])`
+const (
+	claimJob jobKind = iota
+	changeJob
+	answerJob
+)
 
-// minSetBatch is the smallest batch sent set-based. The set-based
-// statement's work is mostly fixed per batch (a dozen statements whatever
-// its size), so a small batch pays more for it than for ackgate_write
-// change by change: BenchmarkLedgerCost measured Postgres CPU per message
-// at 1.5× the per-change path for one change, 1.0× for four, 0.83× for
-// eight and 0.81× for sixteen. A delivery alone, the latency case, sends
-// batches of one.
-const minSetBatch = 6
+type job struct {
+	kind   jobKind
+	id     string // the operation
+	change *gate.Change
+	answer *gate.Answer
+	// span is the caller's, which the batch's own span continues or links.
+	span trace.Span
+	done chan jobResult
+}
 
-type pending struct {
-	id   string
-	wire []byte
-	done chan error
+type jobResult struct {
+	op      *gate.Operation
+	created bool
+	err     error
 }
 
 type committer struct {
 	mu       sync.Mutex
-	queue    []*pending
+	queue    []*job
 	flushers int
-	// batches and changes count what went to the server, for tests and
-	// benchmarks that check the sharing.
-	batches, changes int
-	// paths counts how batches were applied, for the tests and benchmarks
-	// that check which way a batch went.
-	paths BatchPaths
-	// setFrom, when set, replaces minSetBatch: tests send small batches
-	// set-based, or none (above maxBatch) for the per-change baseline.
-	setFrom int
+	// batches and steps count what went to the server, for the tests and
+	// benchmarks that check the sharing; alone counts steps sent again on
+	// their own after their batch raised.
+	batches, steps, alone int
 }
 
-// BatchPaths counts the batches that went each way to the server.
-type BatchPaths struct {
-	// SetBased batches went to ackgate_write_batch alone: it applied
-	// them, or they failed in a way that left their outcome unknown.
-	SetBased int
-	// FellBack batches raised in ackgate_write_batch, which took all of it
-	// back, and were sent again change by change.
-	FellBack int
-	// PerChange batches were smaller than minSetBatch or held two changes
-	// of one operation, and went change by change at once.
-	PerChange int
-}
-
-// write queues one encoded change and returns its own answer.
-func (l *Ledger) write(ctx context.Context, id string, wire []byte) error {
+// enqueue queues one step and returns its own answer.
+func (l *Ledger) enqueue(ctx context.Context, j *job) jobResult {
 	if err := ctx.Err(); err != nil {
-		return err
+		return jobResult{err: err}
 	}
-	p := &pending{id: id, wire: wire, done: make(chan error, 1)}
+	j.done, j.span = make(chan jobResult, 1), trace.SpanFromContext(ctx)
 	c := &l.commit
 	c.mu.Lock()
-	c.queue = append(c.queue, p)
+	c.queue = append(c.queue, j)
 	start := c.flushers < maxFlushers
 	if start {
 		c.flushers++
@@ -115,9 +107,9 @@ func (l *Ledger) write(ctx context.Context, id string, wire []byte) error {
 	if start {
 		go l.flush()
 	}
-	// Once queued, a change may commit whatever the caller's context says
+	// Once queued, a step may commit whatever the caller's context says
 	// afterwards, so the caller waits for the answer that tells it so.
-	return <-p.done
+	return <-j.done
 }
 
 // flush sends batches until the queue is empty.
@@ -125,79 +117,210 @@ func (l *Ledger) flush() {
 	c := &l.commit
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 {
+		batch := c.take()
+		if len(batch) == 0 {
 			c.flushers--
 			c.mu.Unlock()
 			return
 		}
-		n := min(len(c.queue), maxBatch)
-		batch := slices.Clone(c.queue[:n])
-		c.queue = slices.Delete(c.queue, 0, n)
 		c.batches++
-		c.changes += n
+		c.steps += len(batch)
 		c.mu.Unlock()
 		l.send(batch)
 	}
 }
 
-// send runs one batch. Changes are ordered by operation id (keeping each
-// operation's own changes in their order) so two batches lock rows in the
-// same order and cannot deadlock each other.
-//
-// A batch goes to ackgate_write_batch when it has at least minSetBatch
-// changes and every change in it names an operation of its own; every kind
-// that reaches write is one the function applies (Write sends handoffs and
-// interventions their own ways). That is decided here, before sending,
-// rather than by a marker from the server: the function
-// judges every change against the rows as the batch found them, while the
-// second change of an operation must be judged after the first is written,
-// and a round trip to learn so would cost more than the check. If the
-// function raises, the server answered and the implicit transaction took
-// back everything, so the same batch goes again change by change, each in
-// its own subtransaction, and each change gets the answer it alone earns.
-// Any other failure (a dropped connection, an unknown commit) fails every
-// change: resending a batch that may have committed could write it twice.
-func (l *Ledger) send(batch []*pending) {
-	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.id, b.id) })
-	arg := make([]string, len(batch))
-	set := len(batch) >= cmp.Or(l.commit.setFrom, minSetBatch)
-	for i, p := range batch {
-		arg[i] = string(p.wire)
-		set = set && (i == 0 || batch[i-1].id != p.id)
+// take removes up to maxBatch queued steps, no two of one kind for one
+// operation (nor two answers for one delivery), keeping the rest in order.
+func (c *committer) take() []*job {
+	type key struct {
+		kind jobKind
+		id   string
+		n    int
 	}
+	var (
+		batch []*job
+		seen  = map[key]bool{}
+		rest  = c.queue[:0]
+	)
+	for _, j := range c.queue {
+		k := key{kind: j.kind, id: j.id}
+		if j.kind == answerJob {
+			k.n = j.answer.N
+		}
+		if len(batch) == maxBatch || seen[k] {
+			rest = append(rest, j)
+			continue
+		}
+		seen[k] = true
+		batch = append(batch, j)
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return batch
+}
+
+// send runs one batch: its claims, then its changes, then its answers, in
+// one implicit transaction. Each statement's elements are sorted by
+// operation id, so concurrent batches lock rows in one order.
+func (l *Ledger) send(batch []*job) {
 	// The batch belongs to no single caller, so no caller's context may
 	// cancel it halfway; it is bounded on its own.
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	var (
-		answers []string
-		err     error
-		path    *int
-	)
-	if set {
-		path = &l.commit.paths.SetBased
-		err = l.pool.QueryRow(ctx, writeBatchSQL, arg).Scan(&answers)
-		if rolledBack(err) {
-			path = &l.commit.paths.FellBack
-			answers, err = l.perChange(ctx, arg)
+	ctx, span := batchSpan(ctx, batch)
+	defer span.End()
+	results, err := l.run(ctx, l.pool, batch)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	if rolledBack(err) && len(batch) > 1 {
+		// The server refused a statement and took the batch back whole:
+		// each step alone now earns its own answer.
+		l.commit.mu.Lock()
+		l.commit.alone += len(batch)
+		l.commit.mu.Unlock()
+		for _, j := range batch {
+			r, err := l.run(ctx, l.pool, []*job{j})
+			if err != nil {
+				r = []jobResult{{err: translate("write", err)}}
+			}
+			j.done <- r[0]
 		}
-	} else {
-		path = &l.commit.paths.PerChange
-		answers, err = l.perChange(ctx, arg)
+		return
 	}
-	l.commit.mu.Lock()
-	*path++
-	l.commit.mu.Unlock()
-	if err == nil && len(answers) != len(batch) {
-		err = fmt.Errorf("%d answers for %d changes", len(answers), len(batch))
-	}
-	for i, p := range batch {
+	for i, j := range batch {
 		if err != nil {
-			p.done <- translate("write", err)
+			j.done <- jobResult{err: translate("write", err)}
 			continue
 		}
-		p.done <- answerError(answers[i])
+		j.done <- results[i]
 	}
+}
+
+// batchSpan is the span of one shared round trip, the parent of its
+// queries' spans: it continues the trace of the step that opened the batch
+// and links the others', so every delivery's trace leads to the statement
+// that carried its step.
+func batchSpan(ctx context.Context, batch []*job) (context.Context, trace.Span) {
+	first := batch[0].span
+	if !first.SpanContext().IsValid() {
+		return ctx, first // no trace to continue: a no-op span
+	}
+	links := make([]trace.Link, 0, len(batch)-1)
+	for _, j := range batch[1:] {
+		if sc := j.span.SpanContext(); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	ctx = trace.ContextWithSpan(ctx, first)
+	return first.TracerProvider().Tracer("github.com/ackgate/ackgate/storage").Start(ctx, "ledger batch",
+		trace.WithLinks(links...), trace.WithAttributes(attribute.Int("ackgate.batch.steps", len(batch))))
+}
+
+// querier is what run needs of a pool or a transaction.
+type querier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// run sends batch's statements through q in one round trip and returns
+// each step's result, in the batch's order. An error is the round trip's
+// own: no step's result is known.
+func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult, error) {
+	results := make([]jobResult, len(batch))
+	var claims, changes, answers []int
+	for i, j := range batch {
+		switch j.kind {
+		case claimJob:
+			claims = append(claims, i)
+		case changeJob:
+			changes = append(changes, i)
+		case answerJob:
+			answers = append(answers, i)
+		}
+	}
+	byID := func(idx []int) {
+		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(batch[a].id, batch[b].id) })
+	}
+	b := &pgx.Batch{}
+	if len(claims) > 0 {
+		byID(claims)
+		args := claimArgs{}
+		for _, i := range claims {
+			if err := args.add(batch[i].change); err != nil {
+				results[i].err = err
+			}
+		}
+		pos := map[string]int{}
+		for _, i := range claims {
+			pos[batch[i].id] = i
+		}
+		b.Queue(claimSQL, args.named()).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var (
+					created bool
+					s       scannedOperation
+					la      scannedAttempt
+				)
+				if err := rows.Scan(append(append([]any{&created}, s.fields()...), la.fields()...)...); err != nil {
+					return err
+				}
+				i, ok := pos[s.op.ID]
+				if !ok {
+					return fmt.Errorf("claim answered for %s, which it was not asked about", s.op.ID)
+				}
+				results[i] = jobResult{op: s.operation(la.attempt(s.op.IdempotencyKey)), created: created}
+				delete(pos, s.op.ID)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(pos) > 0 {
+				return fmt.Errorf("claim left %d of %d operations unanswered", len(pos), len(claims))
+			}
+			return nil
+		})
+	}
+	if len(changes) > 0 {
+		byID(changes)
+		args := changeArgs{}
+		for k, i := range changes {
+			args.add(k, batch[i].change)
+		}
+		b.Queue(changeSQL, args.named()).Query(func(rows pgx.Rows) error {
+			k := 0
+			for rows.Next() {
+				var answer string
+				if err := rows.Scan(&answer); err != nil {
+					return err
+				}
+				if k < len(changes) {
+					results[changes[k]].err = answerError(answer)
+				}
+				k++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if k != len(changes) {
+				return fmt.Errorf("%d answers for %d changes", k, len(changes))
+			}
+			return nil
+		})
+	}
+	if len(answers) > 0 {
+		byID(answers)
+		args := answerArgs{}
+		for _, i := range answers {
+			args.add(batch[i].id, batch[i].answer)
+		}
+		b.Queue(answerSQL, args.named())
+	}
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return results, nil
 }
 
 // rolledBack says whether err is the server's own refusal of a statement,
@@ -210,33 +333,7 @@ func rolledBack(err error) bool {
 	return ok && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR"
 }
 
-// perChange runs each change of a batch through ackgate_write, in one
-// statement and one commit.
-func (l *Ledger) perChange(ctx context.Context, arg []string) ([]string, error) {
-	answers := make([]string, 0, len(arg))
-	rows, err := l.pool.Query(ctx, writeSQL, arg)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var a string
-		if err = rows.Scan(&a); err != nil {
-			break
-		}
-		answers = append(answers, a)
-	}
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	return answers, err
-}
-
-// batchTimeout bounds one shared statement. It is generous: a batch that
-// takes longer is a ledger in trouble, and every delivery in it nacks.
-const batchTimeout = 30 * time.Second
-
-// answerError turns ackgate_write's answer into the gate's sentinels.
+// answerError turns the change statement's answer into the gate's sentinels.
 func answerError(a string) error {
 	switch a {
 	case "ok":
@@ -247,221 +344,377 @@ func answerError(a string) error {
 		return fmt.Errorf("storage: write: %w", gate.ErrFenced)
 	case "state_changed":
 		return fmt.Errorf("storage: write: %w", gate.ErrStateChanged)
-	case "exists":
-		return fmt.Errorf("storage: write: %w", gate.ErrExists)
-	}
-	// "error SQLSTATE: message": the same translation as a raised error.
-	if rest, ok := strings.CutPrefix(a, "error "); ok {
-		code, msg, _ := strings.Cut(rest, ": ")
-		return translate("write", &pgconn.PgError{Code: code, Message: msg, Severity: "ERROR"})
 	}
 	return fmt.Errorf("storage: write: unexpected answer %q", a)
 }
 
-// GroupCommitStats says how many shared statements carried how many changes.
-func (l *Ledger) GroupCommitStats() (batches, changes int) {
+// GroupCommitStats says how many shared round trips carried how many
+// steps.
+func (l *Ledger) GroupCommitStats() (batches, steps int) {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
-	return l.commit.batches, l.commit.changes
+	return l.commit.batches, l.commit.steps
 }
 
-// GroupCommitPaths says how many batches went each way to the server.
-func (l *Ledger) GroupCommitPaths() BatchPaths {
+// GroupCommitAlone says how many steps were sent again on their own after
+// their batch raised.
+func (l *Ledger) GroupCommitAlone() int {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
-	return l.commit.paths
+	return l.commit.alone
 }
 
-// The wire form of a change: what ackgate_write reads. Times are cut to the
-// microsecond Postgres keeps, as pgx does for its own parameters.
+// micro cuts t to the microsecond Postgres keeps, so what the gate holds
+// and what the ledger stores compare equal.
+func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
-type wireChange struct {
-	Kind       gate.ChangeKind `json:"kind"`
-	ID         string          `json:"id"`
-	Expect     gate.State      `json:"expect,omitempty"`
-	Fence      int64           `json:"fence"`
-	At         wireTime        `json:"at"`
-	Reason     string          `json:"reason"`
-	Steps      []wireStep      `json:"steps,omitempty"`
-	Claim      *wireClaim      `json:"claim,omitempty"`
-	Settle     *wireSettle     `json:"settle,omitempty"`
-	Delivery   *wireDelivery   `json:"delivery,omitempty"`
-	Start      *wireAttempt    `json:"start,omitempty"`
-	ResultID   string          `json:"result_id"`
-	Lane       string          `json:"lane"`
-	DeadLetter *wireDeadLetter `json:"dead_letter,omitempty"`
-}
-
-type wireStep struct {
-	From   gate.State `json:"from,omitempty"`
-	To     gate.State `json:"to"`
-	Reason string     `json:"reason"`
-}
-
-type wireClaim struct {
-	Row           *wireRow      `json:"row,omitempty"`
-	Owner         string        `json:"owner"`
-	LeaseDeadline wireTime      `json:"lease_deadline"`
-	TraceID       string        `json:"trace_id"`
-	Delivery      *wireDelivery `json:"delivery,omitempty"`
-}
-
-type wireRow struct {
-	ScopeKey           string   `json:"scope_key"`
-	Tenant             string   `json:"tenant"`
-	Route              string   `json:"route"`
-	KeySource          string   `json:"key_source"`
-	Key                string   `json:"key"`
-	Fingerprint        string   `json:"fingerprint"`
-	FingerprintVersion int      `json:"fingerprint_version"`
-	Shape              string   `json:"shape"`
-	DeadLetterPolicy   string   `json:"dead_letter_policy"`
-	ContractVersion    string   `json:"contract_version"`
-	IdempotencyKey     string   `json:"idempotency_key"`
-	SpanID             string   `json:"span_id"`
-	CreatedAt          wireTime `json:"created_at"`
-	RetainUntil        wireTime `json:"retain_until"`
-}
-
-type wireSettle struct {
-	Finish          *wireFinish `json:"finish,omitempty"`
-	Answer          *wireAnswer `json:"answer,omitempty"`
-	LeaseExtensions int         `json:"lease_extensions"`
-	LeaseDeadline   wireTime    `json:"lease_deadline"`
-	LeaseLostAt     *wireTime   `json:"lease_lost_at,omitempty"`
-}
-
-type wireDelivery struct {
-	Broker        string   `json:"broker"`
-	Source        string   `json:"source"`
-	MessageID     string   `json:"message_id"`
-	BrokerAttempt int      `json:"broker_attempt"`
-	ReceivedAt    wireTime `json:"received_at"`
-	Decision      string   `json:"decision"`
-	Reason        string   `json:"reason"`
-	Anomaly       string   `json:"anomaly"`
-	TraceID       string   `json:"trace_id"`
-	Owner         string   `json:"owner"`
-	// PublishTime is the broker's; nil when it sent none.
-	PublishTime *wireTime `json:"publish_time,omitempty"`
-}
-
-type wireAnswer struct {
-	Owner    string `json:"owner"`
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
-}
-
-type wireAttempt struct {
-	N              int      `json:"n"`
-	Kind           string   `json:"kind"`
-	IdempotencyKey string   `json:"idempotency_key"`
-	StartedAt      wireTime `json:"started_at"`
-}
-
-type wireFinish struct {
-	N          int      `json:"n"`
-	FinishedAt wireTime `json:"finished_at"`
-	Outcome    string   `json:"outcome"`
-	StatusCode int      `json:"status_code"`
-	ResultID   string   `json:"result_id"`
-	Reason     string   `json:"reason"`
-}
-
-type wireDeadLetter struct {
-	Reason string   `json:"reason"`
-	At     wireTime `json:"at"`
-}
-
-type wireTime time.Time
-
-// MarshalJSON appends the quoted time in one buffer; RFC 3339 has nothing a
-// JSON string must escape.
-func (t wireTime) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(`"2006-01-02T15:04:05.999999Z"`))
-	b = append(b, '"')
-	b = time.Time(t).UTC().Truncate(time.Microsecond).AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), nil
-}
-
-func encodeDelivery(d *gate.Delivery) *wireDelivery {
-	if d == nil {
+func microPtr(t *time.Time) *time.Time {
+	if t == nil {
 		return nil
 	}
-	w := &wireDelivery{Broker: string(d.Broker), Source: d.Source, MessageID: d.MessageID,
-		BrokerAttempt: d.BrokerAttempt, ReceivedAt: wireTime(d.ReceivedAt), Decision: string(d.Decision),
-		Reason: d.Reason, Anomaly: d.Anomaly, TraceID: d.TraceID, Owner: d.Owner}
-	if d.PublishTime != nil {
-		published := wireTime(*d.PublishTime)
-		w.PublishTime = &published
-	}
-	return w
+	m := micro(*t)
+	return &m
 }
 
-// encode is the one place a gate.Change becomes what the server runs.
-func encode(c *gate.Change) ([]byte, error) {
-	at := orNow(c.At)
-	w := wireChange{Kind: c.Kind, ID: c.OperationID, Expect: c.Expect, Fence: c.Fence, At: wireTime(at),
-		Reason: c.Reason, ResultID: c.ResultID, Lane: c.Lane}
-	for _, s := range c.Steps {
-		w.Steps = append(w.Steps, wireStep{From: s.From, To: s.To, Reason: s.Reason})
+func textOrNull(s string, set bool) *string {
+	if !set {
+		return nil
 	}
-	if cl := c.Claim; cl != nil {
-		w.Claim = &wireClaim{Owner: cl.Owner, LeaseDeadline: wireTime(cl.LeaseDeadline), TraceID: cl.TraceID,
-			Delivery: encodeDelivery(cl.Delivery)}
-		if r := cl.Row; r != nil {
-			created := r.CreatedAt
-			if created.IsZero() {
-				created = at
-			}
-			w.Claim.Row = &wireRow{ScopeKey: r.ScopeKey, Tenant: r.Tenant, Route: r.Route,
-				KeySource: string(r.KeySource), Key: r.Key, Fingerprint: r.Fingerprint,
-				FingerprintVersion: r.FingerprintVersion, Shape: string(r.Shape),
-				DeadLetterPolicy: string(r.DeadLetterPolicy), ContractVersion: r.ContractVersion,
-				IdempotencyKey: r.IdempotencyKey, SpanID: r.SpanID, CreatedAt: wireTime(created),
-				RetainUntil: wireTime(r.RetainUntil)}
-		}
-	}
-	if s := c.Settle; s != nil {
-		w.Settle = &wireSettle{LeaseExtensions: s.Lease.Extensions, LeaseDeadline: wireTime(s.Lease.Deadline)}
-		if s.Lease.LostAt != nil {
-			lost := wireTime(*s.Lease.LostAt)
-			w.Settle.LeaseLostAt = &lost
-		}
-		if a := s.Answer; a != nil {
-			w.Settle.Answer = &wireAnswer{Owner: a.Owner, Decision: string(a.Decision), Reason: a.Reason}
-		}
-		if f := s.Finish; f != nil {
-			finished := at
-			if f.FinishedAt != nil {
-				finished = *f.FinishedAt
-			}
-			w.Settle.Finish = &wireFinish{N: f.N, FinishedAt: wireTime(finished), Outcome: string(f.Outcome),
-				StatusCode: f.StatusCode, ResultID: f.ResultID, Reason: f.Reason}
-		}
-	}
-	if a := c.Start; a != nil {
-		started := a.StartedAt
-		if started.IsZero() {
-			started = at
-		}
-		w.Start = &wireAttempt{N: a.N, Kind: string(a.Kind), IdempotencyKey: a.IdempotencyKey, StartedAt: wireTime(started)}
-	}
-	if dl := c.DeadLetter; dl != nil {
-		when := dl.At
-		if when.IsZero() {
-			when = at
-		}
-		w.DeadLetter = &wireDeadLetter{Reason: dl.Reason, At: wireTime(when)}
-	}
-	return json.Marshal(w)
+	return &s
 }
 
-// encodeDeliveryOnly is the wire form of RecordDelivery.
-func encodeDeliveryOnly(d *gate.Delivery) ([]byte, error) {
-	if d.OperationID == "" {
-		return nil, errors.New("storage: record delivery: no operation id")
+// claimArgs are the claim statement's arrays, one element per creating
+// claim.
+type claimArgs struct {
+	id, route, tenant, keySource, key, scopeKey, fingerprint, shape, deadLetterPolicy []string
+	contractVersion, idempotencyKey, traceID, spanID, broker, source, messageID       []string
+	owner, state, reason, d1Decision, d1Reason                                        []string
+	ackedDecision, ackedReason, ackedAnomaly, outboxOrderingKey                       []string
+	createdAt, retainUntil, leaseDeadline                                             []time.Time
+	publishTime, a1StartedAt                                                          []*time.Time
+	fingerprintVersion, brokerAttempt                                                 []int
+	handedOff                                                                         []bool
+	deadReason, outboxPublicationID                                                   []*string
+	outboxAttributes                                                                  [][]byte
+	outboxData                                                                        [][]byte
+}
+
+func (a *claimArgs) add(c *gate.Change) error {
+	r, d, at := c.Claim.Row, c.Claim.Delivery, micro(orNow(c.At))
+	a.id = append(a.id, r.ID)
+	a.route = append(a.route, r.Route)
+	a.tenant = append(a.tenant, r.Tenant)
+	a.keySource = append(a.keySource, string(r.KeySource))
+	a.key = append(a.key, r.Key)
+	a.scopeKey = append(a.scopeKey, r.ScopeKey)
+	a.fingerprint = append(a.fingerprint, r.Fingerprint)
+	a.shape = append(a.shape, string(r.Shape))
+	a.deadLetterPolicy = append(a.deadLetterPolicy, string(r.DeadLetterPolicy))
+	a.contractVersion = append(a.contractVersion, r.ContractVersion)
+	a.idempotencyKey = append(a.idempotencyKey, r.IdempotencyKey)
+	a.traceID = append(a.traceID, d.TraceID)
+	a.spanID = append(a.spanID, r.SpanID)
+	a.broker = append(a.broker, string(d.Broker))
+	a.source = append(a.source, d.Source)
+	a.messageID = append(a.messageID, d.MessageID)
+	a.owner = append(a.owner, c.Claim.Owner)
+	a.state = append(a.state, string(c.Steps[len(c.Steps)-1].To))
+	a.reason = append(a.reason, c.Reason)
+	a.d1Decision = append(a.d1Decision, string(d.Decision))
+	a.d1Reason = append(a.d1Reason, d.Reason)
+	var acked gate.Answer
+	if c.Claim.AckedAnswer != nil {
+		acked = *c.Claim.AckedAnswer
 	}
-	return json.Marshal(wireChange{Kind: "delivery", ID: d.OperationID, At: wireTime(orNow(d.ReceivedAt)),
-		Delivery: encodeDelivery(d)})
+	a.ackedDecision = append(a.ackedDecision, string(acked.Decision))
+	a.ackedReason = append(a.ackedReason, acked.Reason)
+	a.ackedAnomaly = append(a.ackedAnomaly, acked.Anomaly)
+	a.createdAt = append(a.createdAt, at)
+	a.retainUntil = append(a.retainUntil, micro(r.RetainUntil))
+	a.leaseDeadline = append(a.leaseDeadline, micro(c.Claim.LeaseDeadline))
+	a.publishTime = append(a.publishTime, microPtr(d.PublishTime))
+	var started *time.Time
+	if c.Start != nil {
+		started = microPtr(&at)
+	}
+	a.a1StartedAt = append(a.a1StartedAt, started)
+	a.fingerprintVersion = append(a.fingerprintVersion, r.FingerprintVersion)
+	a.brokerAttempt = append(a.brokerAttempt, d.BrokerAttempt)
+	a.handedOff = append(a.handedOff, c.Outbox != nil)
+	var dead *string
+	if c.DeadLetter != nil {
+		dead = &c.DeadLetter.Reason
+	}
+	a.deadReason = append(a.deadReason, dead)
+	var (
+		pub, ordering string
+		attrs, data   []byte
+		hasOutbox     = c.Outbox != nil
+	)
+	if hasOutbox {
+		m := c.Outbox.Message
+		pub, ordering, data = c.Outbox.PublicationID, m.OrderingKey, nonNilBytes(m.Data)
+		var err error
+		if attrs, err = json.Marshal(m.Attributes); err != nil {
+			return fmt.Errorf("storage: claim: outbox attributes: %w", err)
+		}
+	}
+	a.outboxPublicationID = append(a.outboxPublicationID, textOrNull(pub, hasOutbox))
+	a.outboxOrderingKey = append(a.outboxOrderingKey, ordering)
+	a.outboxAttributes = append(a.outboxAttributes, attrs)
+	a.outboxData = append(a.outboxData, data)
+	return nil
+}
+
+func (a *claimArgs) named() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"id": a.id, "created_at": a.createdAt, "retain_until": a.retainUntil, "publish_time": a.publishTime,
+		"fingerprint_version": a.fingerprintVersion, "broker_attempt": a.brokerAttempt, "route": a.route,
+		"tenant": a.tenant, "key_source": a.keySource, "key": a.key, "scope_key": a.scopeKey,
+		"fingerprint": a.fingerprint, "shape": a.shape, "dead_letter_policy": a.deadLetterPolicy,
+		"contract_version": a.contractVersion, "idempotency_key": a.idempotencyKey, "trace_id": a.traceID,
+		"span_id": a.spanID, "broker": a.broker, "source": a.source, "message_id": a.messageID,
+		"owner": a.owner, "lease_deadline": a.leaseDeadline, "state": a.state, "reason": a.reason,
+		"a1_started_at": a.a1StartedAt, "d1_decision": a.d1Decision, "d1_reason": a.d1Reason,
+		"handed_off": a.handedOff, "dead_reason": a.deadReason, "acked_decision": a.ackedDecision,
+		"acked_reason": a.ackedReason, "acked_anomaly": a.ackedAnomaly,
+		"outbox_publication_id": a.outboxPublicationID, "outbox_ordering_key": a.outboxOrderingKey,
+		"outbox_attributes": a.outboxAttributes, "outbox_data": a.outboxData,
+	}
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// changeArgs are the change statement's arrays, one element per change,
+// and its steps flattened beside them (step_i names the change).
+type changeArgs struct {
+	i, steps, leaseExtensions, deliveryN, answerN, finishN, finishStatus  []int
+	startN, lookupN, lookupStatus, grant, checks                          []int
+	id, expect                                                            []string
+	messageID, answerDecision, answerReason, finishOutcome                []string
+	finishResultID, finishReason, contract, lookupOutcome, lookupResultID []string
+	lookupReason                                                          []string
+	fence                                                                 []int64
+	takes, logs, claims, settles, evidence, acked, handedOff, schedule    []bool
+	at, leaseDeadline                                                     []*time.Time
+	leaseLostAt, finishedAt, startedAt, lookupStartedAt                   []*time.Time
+	lookupFinishedAt, nextCheckAt                                         []*time.Time
+	final, reason, owner, resultID, lane, deadReason                      []*string
+	intervention, actor, interventionReason, interventionResultID         []*string
+	reset                                                                 []bool
+
+	stepI, stepK                 []int
+	stepFrom, stepTo, stepReason []string
+}
+
+// common says whether c is one of the common path's own changes, which an
+// operation without a log records in its row alone: the holder's evidence
+// from pending_effect, and the ack mark from ack_pending. Every other
+// change is appended to the log.
+func common(c *gate.Change) bool {
+	switch c.Kind {
+	case gate.ChangeConfirm:
+		return c.Settle != nil && c.Expect == gate.StatePendingEffect && c.Lookup == nil
+	case gate.ChangeAcked:
+		return c.Expect == gate.StateAckPending
+	}
+	return false
+}
+
+func (a *changeArgs) add(k int, c *gate.Change) {
+	at := micro(orNow(c.At))
+	a.i = append(a.i, k)
+	a.id = append(a.id, c.OperationID)
+	a.expect = append(a.expect, string(c.Expect))
+	a.fence = append(a.fence, c.Fence)
+	a.takes = append(a.takes, c.Claim != nil || c.Intervene != nil)
+	a.at = append(a.at, &at)
+	var final *string
+	if n := len(c.Steps); n > 0 {
+		s := string(c.Steps[n-1].To)
+		final = &s
+	}
+	a.final = append(a.final, final)
+	a.steps = append(a.steps, len(c.Steps))
+	a.logs = append(a.logs, !common(c))
+	for s, st := range c.Steps {
+		a.stepI = append(a.stepI, k)
+		a.stepK = append(a.stepK, s+1)
+		a.stepFrom = append(a.stepFrom, string(st.From))
+		a.stepTo = append(a.stepTo, string(st.To))
+		a.stepReason = append(a.stepReason, st.Reason)
+	}
+	a.reason = append(a.reason, textOrNull(c.Reason, c.Kind != gate.ChangeAcked))
+
+	var (
+		owner                     *string
+		claims, settles, reset    bool
+		deadline, lost            *time.Time
+		extensions                int
+		deliveryN, answerN        int
+		messageID                 string
+		answerDecision, answerWhy string
+	)
+	switch {
+	case c.Claim != nil:
+		owner, claims, reset = &c.Claim.Owner, true, c.Claim.Reset
+		deadline = microPtr(&c.Claim.LeaseDeadline)
+		if d := c.Claim.Delivery; d != nil {
+			deliveryN, messageID = d.N, d.MessageID
+		}
+	case c.Intervene != nil:
+		owner = &c.Intervene.Owner
+	case c.Settle != nil:
+		settles = true
+		deadline, extensions, lost = microPtr(&c.Settle.Lease.Deadline), c.Settle.Lease.Extensions, microPtr(c.Settle.Lease.LostAt)
+		if ans := c.Settle.Answer; ans != nil && ans.N > 0 {
+			answerN, answerDecision, answerWhy = ans.N, string(ans.Decision), ans.Reason
+		}
+	}
+	a.owner = append(a.owner, owner)
+	a.claims = append(a.claims, claims)
+	a.settles = append(a.settles, settles)
+	a.reset = append(a.reset, reset)
+	a.leaseDeadline = append(a.leaseDeadline, deadline)
+	a.leaseExtensions = append(a.leaseExtensions, extensions)
+	a.leaseLostAt = append(a.leaseLostAt, lost)
+	a.deliveryN = append(a.deliveryN, deliveryN)
+	a.messageID = append(a.messageID, messageID)
+	a.answerN = append(a.answerN, answerN)
+	a.answerDecision = append(a.answerDecision, answerDecision)
+	a.answerReason = append(a.answerReason, answerWhy)
+
+	var fin gate.Attempt
+	var finishedAt *time.Time
+	if c.Settle != nil && c.Settle.Finish != nil {
+		fin = *c.Settle.Finish
+		done := at
+		if fin.FinishedAt != nil {
+			done = micro(*fin.FinishedAt)
+		}
+		finishedAt = &done
+	}
+	a.finishN = append(a.finishN, fin.N)
+	a.finishedAt = append(a.finishedAt, finishedAt)
+	a.finishOutcome = append(a.finishOutcome, string(fin.Outcome))
+	a.finishStatus = append(a.finishStatus, fin.StatusCode)
+	a.finishResultID = append(a.finishResultID, fin.ResultID)
+	a.finishReason = append(a.finishReason, fin.Reason)
+
+	var startN int
+	var startedAt *time.Time
+	contract := ""
+	if s := c.Start; s != nil {
+		startN, contract = s.N, s.ContractVersion
+		t := s.StartedAt
+		if t.IsZero() {
+			t = at
+		}
+		startedAt = microPtr(&t)
+	}
+	var look gate.Attempt
+	var lookStarted, lookFinished *time.Time
+	if l := c.Lookup; l != nil {
+		look = *l
+		lookStarted, lookFinished = microPtr(&l.StartedAt), microPtr(l.FinishedAt)
+		if contract == "" {
+			contract = l.ContractVersion
+		}
+	}
+	a.startN = append(a.startN, startN)
+	a.startedAt = append(a.startedAt, startedAt)
+	a.contract = append(a.contract, contract)
+	a.lookupN = append(a.lookupN, look.N)
+	a.lookupStartedAt = append(a.lookupStartedAt, lookStarted)
+	a.lookupFinishedAt = append(a.lookupFinishedAt, lookFinished)
+	a.lookupOutcome = append(a.lookupOutcome, string(look.Outcome))
+	a.lookupStatus = append(a.lookupStatus, look.StatusCode)
+	a.lookupResultID = append(a.lookupResultID, look.ResultID)
+	a.lookupReason = append(a.lookupReason, look.Reason)
+
+	// Evidence is recorded by the change whose path enters effect_confirmed.
+	evidence := slices.ContainsFunc(c.Steps, func(s gate.Step) bool { return s.To == gate.StateEffectConfirmed })
+	a.evidence = append(a.evidence, evidence)
+	a.resultID = append(a.resultID, textOrNull(c.ResultID, evidence))
+	a.lane = append(a.lane, textOrNull(c.Lane, c.Kind == gate.ChangeIndeterminate))
+	a.acked = append(a.acked, c.Kind == gate.ChangeAcked)
+	a.handedOff = append(a.handedOff, c.Kind == gate.ChangeHandoff)
+
+	var grant, checks int
+	var schedule bool
+	var next *time.Time
+	var iv *gate.Intervention
+	if v := c.Intervene; v != nil {
+		grant, schedule, next, checks, iv = v.Grant, true, microPtr(v.NextCheckAt), v.Checks, v.Intervention
+	}
+	a.grant = append(a.grant, grant)
+	a.schedule = append(a.schedule, schedule)
+	a.nextCheckAt = append(a.nextCheckAt, next)
+	a.checks = append(a.checks, checks)
+	var dead *string
+	if c.DeadLetter != nil {
+		dead = &c.DeadLetter.Reason
+	}
+	a.deadReason = append(a.deadReason, dead)
+	if iv != nil {
+		a.intervention = append(a.intervention, textOrNull(string(iv.Kind), true))
+		a.actor = append(a.actor, &iv.Actor)
+		a.interventionReason = append(a.interventionReason, &iv.Reason)
+		a.interventionResultID = append(a.interventionResultID, &iv.ResultID)
+	} else {
+		a.intervention = append(a.intervention, nil)
+		a.actor = append(a.actor, nil)
+		a.interventionReason = append(a.interventionReason, nil)
+		a.interventionResultID = append(a.interventionResultID, nil)
+	}
+}
+
+func (a *changeArgs) named() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"i": a.i, "id": a.id, "expect": a.expect, "fence": a.fence, "takes": a.takes, "at": a.at,
+		"final": a.final, "steps": a.steps, "logs": a.logs, "reason": a.reason, "owner": a.owner,
+		"claims": a.claims, "settles": a.settles, "lease_deadline": a.leaseDeadline,
+		"lease_extensions": a.leaseExtensions, "lease_lost_at": a.leaseLostAt, "delivery_n": a.deliveryN,
+		"message_id": a.messageID, "answer_n": a.answerN, "answer_decision": a.answerDecision,
+		"answer_reason": a.answerReason, "finish_n": a.finishN, "finished_at": a.finishedAt,
+		"finish_outcome": a.finishOutcome, "finish_status": a.finishStatus, "finish_result_id": a.finishResultID,
+		"finish_reason": a.finishReason, "start_n": a.startN, "started_at": a.startedAt, "contract": a.contract,
+		"lookup_n": a.lookupN, "lookup_started_at": a.lookupStartedAt, "lookup_finished_at": a.lookupFinishedAt,
+		"lookup_outcome": a.lookupOutcome, "lookup_status": a.lookupStatus, "lookup_result_id": a.lookupResultID,
+		"lookup_reason": a.lookupReason, "evidence": a.evidence, "result_id": a.resultID, "lane": a.lane,
+		"acked": a.acked, "handed_off": a.handedOff, "grant": a.grant, "schedule": a.schedule,
+		"next_check_at": a.nextCheckAt, "checks": a.checks, "dead_reason": a.deadReason,
+		"intervention": a.intervention, "actor": a.actor, "intervention_reason": a.interventionReason,
+		"intervention_result_id": a.interventionResultID, "reset": a.reset,
+		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.stepFrom, "step_to": a.stepTo,
+		"step_reason": a.stepReason,
+	}
+}
+
+// answerArgs are the answer statement's arrays, one element per delivery.
+type answerArgs struct {
+	id, decision, reason, anomaly []string
+	n                             []int
+	resetFence                    []int64
+	at                            []time.Time
+}
+
+func (a *answerArgs) add(id string, ans *gate.Answer) {
+	a.id = append(a.id, id)
+	a.n = append(a.n, ans.N)
+	a.decision = append(a.decision, string(ans.Decision))
+	a.reason = append(a.reason, ans.Reason)
+	a.anomaly = append(a.anomaly, ans.Anomaly)
+	a.resetFence = append(a.resetFence, ans.ResetFence)
+	a.at = append(a.at, micro(time.Now()))
+}
+
+func (a *answerArgs) named() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{"id": a.id, "n": a.n, "decision": a.decision, "reason": a.reason,
+		"anomaly": a.anomaly, "reset_fence": a.resetFence, "at": a.at}
 }

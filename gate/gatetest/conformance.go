@@ -3,7 +3,7 @@ package gatetest
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,9 +58,9 @@ func newOp(name string) *gate.Operation {
 	}
 }
 
-func delivery(msg, owner string, at time.Time) *gate.Delivery {
-	return &gate.Delivery{Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s", MessageID: msg,
-		ReceivedAt: at, Owner: owner}
+func delivery(msg string, n int, at time.Time) *gate.Delivery {
+	return &gate.Delivery{N: n, Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s", MessageID: msg,
+		ReceivedAt: at, TraceID: "trace-" + msg}
 }
 
 func steps(t *testing.T, from gate.State, to ...gate.State) []gate.Step {
@@ -80,33 +80,58 @@ func lease(owner string, fence int64, at time.Time) gate.Lease {
 	return gate.Lease{Key: "k", Owner: owner, Fence: fence, Expires: at.Add(30 * time.Second)}
 }
 
-// start creates op as a first delivery does: received, reserved, intent and
-// attempt 1 recorded under fence 1.
+// creating is the claim a first delivery makes of op: received, reserved,
+// intent and attempt 1 recorded under fence 1.
+func creating(t *testing.T, op *gate.Operation, msg string) *gate.Change {
+	t.Helper()
+	w := gate.Claiming(nil, op, lease("owner-a", 1, t0), delivery(msg, 1, t0))
+	c := gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, ContractVersion: op.ContractVersion,
+			StartedAt: t0}, "new operation", t0)
+	c.Claim.AckedAnswer = &gate.Answer{Decision: gate.Ack, Reason: "redelivered after the ack was sent", Anomaly: "redelivered_after_ack"}
+	return c
+}
+
+// start creates op as a first delivery does.
 func start(t *testing.T, l gate.Ledger, op *gate.Operation) {
 	t.Helper()
-	w := gate.Claiming(nil, op, lease("owner-a", 1, t0), delivery("m-1", "owner-a", t0), "trace-1")
-	c := gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
-		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t0}, "new operation", t0)
-	if err := l.Write(context.Background(), c); err != nil {
-		t.Fatalf("create %s: %v", op.ID, err)
+	got, created, err := l.Claim(context.Background(), creating(t, op, "m-1"))
+	if err != nil || !created || got.ID != op.ID {
+		t.Fatalf("create %s: %+v, created %v, %v", op.ID, got, created, err)
 	}
 }
 
 func find(t *testing.T, l gate.Ledger, op *gate.Operation) *gate.Operation {
 	t.Helper()
-	got, err := l.Find(context.Background(), op.ScopeKey)
+	got, _, err := l.FindByID(context.Background(), op.ID)
 	if err != nil {
-		t.Fatalf("find %s: %v", op.ScopeKey, err)
+		t.Fatalf("find %s: %v", op.ID, err)
 	}
 	return got
 }
 
-func claim(op *gate.Operation, from gate.State, owner string, fence int64, at time.Time) gate.Writer {
-	return gate.Claiming(&gate.Operation{ID: op.ID, State: from}, nil, lease(owner, fence, at), delivery("m-2", owner, at), "")
+// redeliver records a further delivery of op, as its claim finds it, and
+// returns the delivery as the ledger numbered it.
+func redeliver(t *testing.T, l gate.Ledger, op *gate.Operation, msg string, at time.Time) *gate.Delivery {
+	t.Helper()
+	c := creating(t, op, msg)
+	c.Claim.Delivery.ReceivedAt = at
+	got, created, err := l.Claim(context.Background(), c)
+	if err != nil || created {
+		t.Fatalf("redeliver %s: created %v, %v", op.ID, created, err)
+	}
+	d := delivery(msg, got.DeliveryCount, at)
+	d.OperationID = op.ID
+	return d
 }
 
-func settle(op *gate.Operation, from gate.State, fence int64, fin *gate.Attempt, owner string, d gate.Decision) gate.Writer {
-	return gate.Settling(&gate.Operation{ID: op.ID, State: from}, fence, fin, &gate.Answer{Owner: owner, Decision: d, Reason: "settled"},
+// claim is delivery d taking op (in state from) under fence.
+func claim(op *gate.Operation, from gate.State, owner string, fence int64, at time.Time, d *gate.Delivery) gate.Writer {
+	return gate.Claiming(&gate.Operation{ID: op.ID, State: from}, nil, lease(owner, fence, at), d)
+}
+
+func settle(op *gate.Operation, from gate.State, fence int64, fin *gate.Attempt, n int, d gate.Decision) gate.Writer {
+	return gate.Settling(&gate.Operation{ID: op.ID, State: from}, fence, fin, &gate.Answer{N: n, Decision: d, Reason: "settled"},
 		gate.LeaseFacts{Extensions: 1, Deadline: t0.Add(time.Hour)})
 }
 
@@ -116,70 +141,106 @@ type ledgerCase struct {
 }
 
 var ledgerCases = []ledgerCase{
-	{"a first commit is found whole", func(t *testing.T, h LedgerHarness) {
+	{"a first claim creates the operation whole", func(t *testing.T, h LedgerHarness) {
 		op := newOp("first")
 		start(t, h.Ledger, op)
 		got := find(t, h.Ledger, op)
 		if got.ID != op.ID || got.State != gate.StatePendingEffect || got.Fence != 1 || got.Owner != "owner-a" ||
 			got.DeliveryCount != 1 || got.AttemptCount != 1 || got.FirstAttemptAt == nil || !got.FirstAttemptAt.Equal(t0) ||
-			got.LeaseStart == nil || !got.LeaseStart.Equal(t0) || got.TraceID != "trace-1" || got.Reason != "new operation" ||
-			got.Fingerprint != op.Fingerprint || got.IdempotencyKey != op.IdempotencyKey {
+			got.LeaseStart == nil || !got.LeaseStart.Equal(t0) || got.TraceID != "trace-m-1" || got.Reason != "new operation" ||
+			got.Fingerprint != op.Fingerprint || got.IdempotencyKey != op.IdempotencyKey || !got.CreatedAt.Equal(t0) {
 			t.Fatalf("found %+v", got)
 		}
-		if la := got.LastAttempt; la == nil || la.N != 1 || la.Fence != 1 || la.Outcome != "" || la.FinishedAt != nil {
-			t.Fatalf("last attempt %+v, want attempt 1 started", la)
+		if la := got.LastAttempt; la == nil || la.N != 1 || la.Fence != 1 || la.Outcome != "" || la.FinishedAt != nil ||
+			la.ContractVersion != "v1" {
+			t.Fatalf("last attempt %+v, want attempt 1 started under contract v1", la)
 		}
 		s := h.Inspect(t, op.ID)
-		if len(s.Transitions) != 3 || len(s.Deliveries) != 1 || s.Deliveries[0].Decision != "" || len(s.Attempts) != 1 {
+		if len(s.Transitions) != 3 || len(s.Deliveries) != 1 || s.Deliveries[0].Decision != "" || s.Deliveries[0].N != 1 ||
+			s.Deliveries[0].Fence != 1 || s.Deliveries[0].MessageID != "m-1" || len(s.Attempts) != 1 {
 			t.Fatalf("recorded %d transitions, %+v deliveries, %d attempts", len(s.Transitions), s.Deliveries, len(s.Attempts))
 		}
 	}},
 	{"a missing operation is not found", func(t *testing.T, h LedgerHarness) {
-		if _, err := h.Ledger.Find(context.Background(), "t1|orders|nobody"); !errors.Is(err, gate.ErrNotFound) {
-			t.Fatalf("Find: %v, want ErrNotFound", err)
+		if _, _, err := h.Ledger.FindByID(context.Background(), "op_nobody"); !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("FindByID: %v, want ErrNotFound", err)
 		}
-		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(settle(newOp("nobody"), gate.StatePendingEffect, 1, nil, "", ""), "x", t0))
+		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(settle(newOp("nobody"), gate.StatePendingEffect, 1, nil, 1, ""), "x", t0))
 		if !errors.Is(err, gate.ErrNotFound) {
 			t.Fatalf("Write: %v, want ErrNotFound", err)
 		}
-		err = h.Ledger.RecordDelivery(context.Background(), &gate.Delivery{OperationID: "op_nobody", MessageID: "m", ReceivedAt: t0, Decision: gate.Nack})
-		if !errors.Is(err, gate.ErrNotFound) {
-			t.Fatalf("RecordDelivery: %v, want ErrNotFound", err)
-		}
+		must(t, h.Ledger.AnswerDelivery(context.Background(), "op_nobody", &gate.Answer{N: 1, Decision: gate.Nack}))
 	}},
-	{"a taken scope key is ErrExists", func(t *testing.T, h LedgerHarness) {
+	{"a second claim finds the operation and records its delivery", func(t *testing.T, h LedgerHarness) {
 		op := newOp("twice")
 		start(t, h.Ledger, op)
-		again := *op
-		again.ID = "op_twice-elsewhere"
-		for _, o := range []*gate.Operation{op, &again} {
-			w := gate.Claiming(nil, o, lease("owner-b", 2, t0), delivery("m-2", "owner-b", t0), "")
-			err := h.Ledger.Write(context.Background(), gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect), nil, "x", t0))
-			if !errors.Is(err, gate.ErrExists) {
-				t.Fatalf("second create of %s: %v, want ErrExists", o.ID, err)
-			}
+		at := t0.Add(time.Second)
+		c := creating(t, op, "m-2")
+		c.Claim.Delivery.ReceivedAt = at
+		c.Claim.Owner = "owner-b"
+		got, created, err := h.Ledger.Claim(context.Background(), c)
+		if err != nil || created {
+			t.Fatalf("second claim: created %v, %v", created, err)
 		}
-		if got := find(t, h.Ledger, op); got.Owner != "owner-a" || got.DeliveryCount != 1 {
-			t.Fatalf("the losing create changed the winner: %+v", got)
+		if got.Owner != "owner-a" || got.DeliveryCount != 2 || got.State != gate.StatePendingEffect || got.LastAttempt == nil ||
+			got.LastAttempt.N != 1 || got.TraceID != "trace-m-1" {
+			t.Fatalf("found %+v", got)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Deliveries) != 2 || s.Deliveries[1].N != 2 || s.Deliveries[1].Found != gate.StatePendingEffect ||
+			s.Deliveries[1].Decision != "" || s.Deliveries[1].MessageID != "m-2" || s.Deliveries[1].TraceID != "trace-m-2" ||
+			s.Deliveries[1].Fence != 0 || len(s.Attempts) != 1 || len(s.Transitions) != 3 {
+			t.Fatalf("after the second claim: deliveries %+v, %d attempts, %d transitions", s.Deliveries, len(s.Attempts), len(s.Transitions))
+		}
+		// Another fingerprint under the same key records nothing on the
+		// operation: that delivery belongs to a conflict record.
+		other := *op
+		other.Fingerprint = "fp-other"
+		got, created, err = h.Ledger.Claim(context.Background(), creating(t, &other, "m-3"))
+		if err != nil || created || got.Fingerprint != op.Fingerprint || got.DeliveryCount != 2 {
+			t.Fatalf("claim with another fingerprint: %+v, created %v, %v", got, created, err)
+		}
+		if s := h.Inspect(t, op.ID); len(s.Deliveries) != 2 {
+			t.Fatalf("a conflicting delivery was recorded on the original: %+v", s.Deliveries)
+		}
+	}},
+	{"a redelivery of acknowledged work is answered by the claim that finds it", func(t *testing.T, h LedgerHarness) {
+		op := newOp("acked")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-a"}
+		must(t, h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1, fin, 1, gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-a", "confirmed", t0)))
+		must(t, h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 1, steps(t, gate.StateAckPending, gate.StateAcknowledged), t0)))
+		d := redeliver(t, h.Ledger, op, "m-again", t0.Add(time.Hour))
+		s := h.Inspect(t, op.ID)
+		if len(s.Deliveries) != 2 || s.Deliveries[1].N != d.N || s.Deliveries[1].Found != gate.StateAcknowledged ||
+			s.Deliveries[1].Decision != gate.Ack || s.Deliveries[1].Anomaly != "redelivered_after_ack" ||
+			s.Deliveries[0].Decision != gate.Ack {
+			t.Fatalf("deliveries %+v", s.Deliveries)
+		}
+		if s.Op.State != gate.StateAcknowledged || s.Op.DeliveryCount != 2 || len(s.Transitions) != 6 {
+			t.Fatalf("after the redelivery: %+v, %d transitions", s.Op, len(s.Transitions))
 		}
 	}},
 	{"an illegal path leaves nothing behind", func(t *testing.T, h LedgerHarness) {
 		op := newOp("illegal")
-		w := gate.Claiming(nil, op, lease("a", 1, t0), delivery("m-1", "a", t0), "")
+		w := gate.Claiming(nil, op, lease("a", 1, t0), delivery("m-1", 1, t0))
 		bad := []gate.Step{{Transition: gate.Transition{From: "", To: gate.StateReceived}},
 			{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateAcknowledged}}}
-		if err := h.Ledger.Write(context.Background(), gate.ConfirmChange(w, bad, "r", "x", t0)); err == nil {
-			t.Fatal("a create along an illegal edge was accepted")
+		if _, _, err := h.Ledger.Claim(context.Background(), gate.StartChange(w, bad, nil, "x", t0)); err == nil {
+			t.Fatal("a creation along an illegal edge was accepted")
 		}
-		if _, err := h.Ledger.Find(context.Background(), op.ScopeKey); !errors.Is(err, gate.ErrNotFound) {
-			t.Fatalf("Find after a refused create: %v", err)
+		if _, _, err := h.Ledger.FindByID(context.Background(), op.ID); !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("FindByID after a refused creation: %v", err)
 		}
 		start(t, h.Ledger, op)
 		bad = []gate.Step{{Transition: gate.Transition{From: gate.StatePendingEffect, To: gate.StateAcknowledged}}}
-		if err := h.Ledger.Write(context.Background(), gate.ConfirmChange(claim(op, gate.StatePendingEffect, "b", 2, t0), bad, "r", "x", t0)); err == nil {
+		d := redeliver(t, h.Ledger, op, "m-2", t0)
+		if err := h.Ledger.Write(context.Background(), gate.ConfirmChange(claim(op, gate.StatePendingEffect, "b", 2, t0, d), bad, "r", "x", t0)); err == nil {
 			t.Fatal("an illegal edge was accepted")
 		}
-		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.Fence != 1 || got.DeliveryCount != 1 || got.Reason != "new operation" {
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.Fence != 1 || got.DeliveryCount != 2 || got.Reason != "new operation" {
 			t.Fatalf("half a refused change survived: %+v", got)
 		}
 	}},
@@ -187,37 +248,42 @@ var ledgerCases = []ledgerCase{
 		op := newOp("fence")
 		start(t, h.Ledger, op)
 		ctx := context.Background()
+		d := redeliver(t, h.Ledger, op, "m-2", t0)
 		indet := func(w gate.Writer, from gate.State) *gate.Change {
 			return gate.IndeterminateChange(w, steps(t, from, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "x", t0)
 		}
 		for _, f := range []int64{0, 1} {
-			if err := h.Ledger.Write(ctx, indet(claim(op, gate.StatePendingEffect, "b", f, t0), gate.StatePendingEffect)); !errors.Is(err, gate.ErrFenced) {
+			if err := h.Ledger.Write(ctx, indet(claim(op, gate.StatePendingEffect, "b", f, t0, d), gate.StatePendingEffect)); !errors.Is(err, gate.ErrFenced) {
 				t.Fatalf("claim under fence %d over 1: %v, want ErrFenced", f, err)
 			}
 		}
 		for _, f := range []int64{0, 2} {
 			fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}
-			if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, f, fin, "owner-a", gate.Nack), "x", t0)); !errors.Is(err, gate.ErrFenced) {
+			if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, f, fin, 1, gate.Nack), "x", t0)); !errors.Is(err, gate.ErrFenced) {
 				t.Fatalf("settle under fence %d over 1: %v, want ErrFenced", f, err)
 			}
 		}
-		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StateReserved, 1, nil, "owner-a", gate.Nack), "x", t0)); !errors.Is(err, gate.ErrStateChanged) {
+		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StateReserved, 1, nil, 1, gate.Nack), "x", t0)); !errors.Is(err, gate.ErrStateChanged) {
 			t.Fatalf("settle expecting reserved: %v, want ErrStateChanged", err)
 		}
 		at := t0.Add(time.Minute)
-		if err := h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "b", 5, at),
+		if err := h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "b", 5, at, d),
 			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
-			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: at}, "retry", at)); err != nil {
+			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, ContractVersion: "v2", StartedAt: at}, "retry", at)); err != nil {
 			t.Fatalf("claim under fence 5: %v", err)
 		}
 		got := find(t, h.Ledger, op)
 		if got.Fence != 5 || got.Owner != "b" || !got.LeaseStart.Equal(at) || got.LeaseExtensions != 0 ||
-			got.DeliveryCount != 2 || got.AttemptCount != 2 || got.LastAttempt.N != 2 || got.LastAttempt.Fence != 5 || !got.FirstAttemptAt.Equal(t0) {
-			t.Fatalf("after the claim: %+v", got)
+			got.DeliveryCount != 2 || got.AttemptCount != 2 || got.LastAttempt.N != 2 || got.LastAttempt.Fence != 5 ||
+			got.LastAttempt.ContractVersion != "v2" || !got.FirstAttemptAt.Equal(t0) {
+			t.Fatalf("after the claim: %+v / %+v", got, got.LastAttempt)
+		}
+		if s := h.Inspect(t, op.ID); s.Deliveries[1].Fence != 5 {
+			t.Fatalf("the claiming delivery is not marked with its fence: %+v", s.Deliveries[1])
 		}
 		// The first owner, fenced off, cannot record its result.
 		fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "stale"}
-		err := h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1, fin, "owner-a", gate.Ack),
+		err := h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1, fin, 1, gate.Ack),
 			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "stale", "x", at))
 		if !errors.Is(err, gate.ErrFenced) {
 			t.Fatalf("stale owner's confirm: %v, want ErrFenced", err)
@@ -232,7 +298,7 @@ var ledgerCases = []ledgerCase{
 		ctx := context.Background()
 		t1 := t0.Add(time.Second)
 		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1,
-			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "busy"}, "owner-a", gate.Nack), "busy", t1)))
+			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable, StatusCode: 503, Reason: "busy"}, 1, gate.Nack), "busy", t1)))
 		got := find(t, h.Ledger, op)
 		if got.State != gate.StatePendingEffect || got.Reason != "busy" || got.LeaseExtensions != 1 ||
 			got.LeaseDeadline == nil || !got.LeaseDeadline.Equal(t0.Add(time.Hour)) || got.LeaseLostAt != nil ||
@@ -240,28 +306,51 @@ var ledgerCases = []ledgerCase{
 			t.Fatalf("after the retryable attempt: %+v / %+v", got, got.LastAttempt)
 		}
 		t2 := t0.Add(time.Minute)
-		must(t, h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "owner-b", 2, t2),
+		d := redeliver(t, h.Ledger, op, "m-2", t2)
+		must(t, h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "owner-b", 2, t2, d),
 			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
 			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t2}, "retry", t2)))
 		t3 := t2.Add(time.Second)
 		must(t, h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 2,
-			&gate.Attempt{N: 2, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-1"}, "owner-b", gate.Ack),
+			&gate.Attempt{N: 2, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "res-1"}, d.N, gate.Ack),
 			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-1", "confirmed", t3)))
 		t4 := t3.Add(time.Millisecond)
 		must(t, h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4)))
 		got = find(t, h.Ledger, op)
 		if got.State != gate.StateAcknowledged || got.ResultID != "res-1" || !got.EvidenceAt.Equal(t3) || !got.AckedAt.Equal(t4) ||
-			got.Reason != "confirmed" || got.DeliveryCount != 2 || got.AttemptCount != 2 || !got.UpdatedAt.Equal(t4) {
+			got.Reason != "confirmed" || got.DeliveryCount != 2 || got.AttemptCount != 2 || !got.UpdatedAt.Equal(t4) ||
+			got.TraceID != "trace-m-1" {
 			t.Fatalf("final: %+v", got)
 		}
 		s := h.Inspect(t, op.ID)
-		if len(s.Transitions) != 8 || len(s.Deliveries) != 2 || s.Deliveries[1].Decision != gate.Ack || len(s.DeadLetters) != 0 {
-			t.Fatalf("record: %d transitions, deliveries %+v, %d dead letters", len(s.Transitions), s.Deliveries, len(s.DeadLetters))
+		if len(s.Transitions) != 8 || len(s.Deliveries) != 2 || s.Deliveries[0].Decision != gate.Nack ||
+			s.Deliveries[1].Decision != gate.Ack || s.Deliveries[1].Fence != 2 || len(s.DeadLetters) != 0 || len(s.Attempts) != 2 ||
+			s.Attempts[1].Outcome != gate.OutcomeConfirmed || s.Attempts[0].Outcome != gate.OutcomeRetryable {
+			t.Fatalf("record: %d transitions, deliveries %+v, attempts %+v, %d dead letters", len(s.Transitions), s.Deliveries, s.Attempts, len(s.DeadLetters))
 		}
 		// Acked work cannot be acked again, nor moved anywhere.
 		err := h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4))
 		if !errors.Is(err, gate.ErrStateChanged) {
 			t.Fatalf("second ack mark: %v, want ErrStateChanged", err)
+		}
+	}},
+	{"the common path is three writes of one row", func(t *testing.T, h LedgerHarness) {
+		op := newOp("common")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		t1, t2 := t0.Add(time.Second), t0.Add(2*time.Second)
+		must(t, h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1,
+			&gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 200, ResultID: "res-c"}, 1, gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-c", "confirmed", t1)))
+		must(t, h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 1, steps(t, gate.StateAckPending, gate.StateAcknowledged), t2)))
+		s := h.Inspect(t, op.ID)
+		want := []gate.Transition{{From: "", To: gate.StateReceived}, {From: gate.StateReceived, To: gate.StateReserved},
+			{From: gate.StateReserved, To: gate.StatePendingEffect}, {From: gate.StatePendingEffect, To: gate.StateEffectConfirmed},
+			{From: gate.StateEffectConfirmed, To: gate.StateAckPending}, {From: gate.StateAckPending, To: gate.StateAcknowledged}}
+		if !slices.Equal(s.Transitions, want) || len(s.Deliveries) != 1 || s.Deliveries[0].Decision != gate.Ack ||
+			len(s.Attempts) != 1 || s.Attempts[0].ResultID != "res-c" || s.Attempts[0].StatusCode != 200 ||
+			!s.Op.EvidenceAt.Equal(t1) || !s.Op.AckedAt.Equal(t2) {
+			t.Fatalf("record: transitions %v, deliveries %+v, attempts %+v, op %+v", s.Transitions, s.Deliveries, s.Attempts, s.Op)
 		}
 	}},
 	{"a settlement records what became of the lease", func(t *testing.T, h LedgerHarness) {
@@ -276,25 +365,38 @@ var ledgerCases = []ledgerCase{
 			got.LeaseLostAt == nil || !got.LeaseLostAt.Equal(lost) {
 			t.Fatalf("lease facts: %d extensions, deadline %v, lost at %v", got.LeaseExtensions, got.LeaseDeadline, got.LeaseLostAt)
 		}
-		// A new claim starts a new lease with nothing lost yet.
+		if s := h.Inspect(t, op.ID); !slices.Equal(s.LeaseEvents, []LeaseEvent{{Kind: "lost", Fence: 1}}) {
+			t.Fatalf("lease events %+v, want the loss under fence 1", s.LeaseEvents)
+		}
+		// A new claim starts a new lease with nothing lost yet; a lease from
+		// a store that had lost the counter is kept as a reset.
 		at := t0.Add(time.Minute)
-		must(t, h.Ledger.Write(context.Background(), gate.StartChange(claim(op, gate.StatePendingEffect, "b", 2, at),
+		d := redeliver(t, h.Ledger, op, "m-2", at)
+		l := lease("b", 2, at)
+		l.Reset = true
+		must(t, h.Ledger.Write(context.Background(), gate.StartChange(gate.Claiming(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, nil, l, d),
 			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
 			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: at}, "retry", at)))
 		if got := find(t, h.Ledger, op); got.LeaseLostAt != nil || got.LeaseExtensions != 0 {
 			t.Fatalf("after a new claim: lost at %v, %d extensions", got.LeaseLostAt, got.LeaseExtensions)
+		}
+		// A delivery that met a reset and held the lease says so with its answer.
+		d3 := redeliver(t, h.Ledger, op, "m-3", at)
+		must(t, h.Ledger.AnswerDelivery(context.Background(), op.ID, &gate.Answer{N: d3.N, Decision: gate.Nack, Reason: "held", ResetFence: 7}))
+		if s := h.Inspect(t, op.ID); !slices.Equal(s.LeaseEvents, []LeaseEvent{{Kind: "lost", Fence: 1}, {Kind: "reset", Fence: 2}, {Kind: "reset", Fence: 7}}) {
+			t.Fatalf("lease events %+v", s.LeaseEvents)
 		}
 	}},
 	{"finishing an attempt twice or one never started is refused", func(t *testing.T, h LedgerHarness) {
 		op := newOp("finish")
 		start(t, h.Ledger, op)
 		ctx := context.Background()
-		err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 7, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack), "no", t0))
+		err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 7, Outcome: gate.OutcomeUnknown}, 1, gate.Nack), "no", t0))
 		if err == nil {
 			t.Fatal("finishing attempt 7 was accepted")
 		}
-		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack), "lost", t0)))
-		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}, "owner-a", gate.Nack), "again", t0)); err == nil {
+		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, 1, gate.Nack), "lost", t0)))
+		if err := h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}, 1, gate.Nack), "again", t0)); err == nil {
 			t.Fatal("finishing attempt 1 twice was accepted")
 		}
 		if got := find(t, h.Ledger, op); got.Reason != "lost" || got.LastAttempt.Outcome != gate.OutcomeUnknown {
@@ -306,9 +408,9 @@ var ledgerCases = []ledgerCase{
 		a, b := newOp("indet"), newOp("term")
 		start(t, h.Ledger, a)
 		start(t, h.Ledger, b)
-		must(t, h.Ledger.Write(ctx, gate.IndeterminateChange(settle(a, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, "owner-a", gate.Nack),
+		must(t, h.Ledger.Write(ctx, gate.IndeterminateChange(settle(a, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, 1, gate.Nack),
 			steps(t, gate.StatePendingEffect, gate.StateEffectIndeterminate), gate.LaneOperator, "lost on an unsafe effect", t0)))
-		must(t, h.Ledger.Write(ctx, gate.TerminalChange(settle(b, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeTerminal}, "owner-a", gate.Ack),
+		must(t, h.Ledger.Write(ctx, gate.TerminalChange(settle(b, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeTerminal}, 1, gate.Ack),
 			steps(t, gate.StatePendingEffect, gate.StateTerminalFailure), &gate.DeadLetter{Reason: "refused"}, "refused", t0)))
 		if got := find(t, h.Ledger, a); got.State != gate.StateEffectIndeterminate || got.Lane != gate.LaneOperator {
 			t.Fatalf("indeterminate: %+v", got)
@@ -319,30 +421,21 @@ var ledgerCases = []ledgerCase{
 			t.Fatalf("terminal: %+v dead letters %+v deliveries %+v", s.Op, s.DeadLetters, s.Deliveries)
 		}
 	}},
-	{"a delivery is answered once, by its owner", func(t *testing.T, h LedgerHarness) {
+	{"a delivery is answered once", func(t *testing.T, h LedgerHarness) {
 		op := newOp("answer")
 		start(t, h.Ledger, op)
 		ctx := context.Background()
-		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-b", Decision: gate.Ack}))
-		if d := h.Inspect(t, op.ID).Deliveries[0]; d.Decision != "" {
-			t.Fatalf("another owner answered: %+v", d)
-		}
-		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Nack, Reason: "fenced"}))
-		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{Owner: "owner-a", Decision: gate.Ack, Reason: "again"}))
-		if d := h.Inspect(t, op.ID).Deliveries[0]; d.Decision != gate.Nack || d.Reason != "fenced" {
-			t.Fatalf("answered delivery: %+v", d)
-		}
-	}},
-	{"deliveries that change nothing are counted", func(t *testing.T, h LedgerHarness) {
-		op := newOp("redeliver")
-		start(t, h.Ledger, op)
-		for i := range 3 {
-			must(t, h.Ledger.RecordDelivery(context.Background(), &gate.Delivery{OperationID: op.ID, Broker: gate.BrokerPubSub,
-				Source: "s", MessageID: fmt.Sprintf("m-%d", i), ReceivedAt: t0, Decision: gate.Nack, Reason: "held", Anomaly: "a"}))
-		}
+		d := redeliver(t, h.Ledger, op, "m-2", t0)
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{N: 1, Decision: gate.Nack, Reason: "fenced"}))
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{N: 1, Decision: gate.Ack, Reason: "again"}))
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{N: d.N, Decision: gate.Nack, Reason: "held", Anomaly: "a"}))
+		must(t, h.Ledger.AnswerDelivery(ctx, op.ID, &gate.Answer{N: d.N, Decision: gate.Ack, Reason: "again"}))
 		s := h.Inspect(t, op.ID)
-		if s.Op.DeliveryCount != 4 || len(s.Deliveries) != 4 || s.Deliveries[3].Anomaly != "a" || s.Deliveries[3].Decision != gate.Nack {
-			t.Fatalf("%d counted, deliveries %+v", s.Op.DeliveryCount, s.Deliveries)
+		if d := s.Deliveries[0]; d.Decision != gate.Nack || d.Reason != "fenced" {
+			t.Fatalf("first delivery: %+v", d)
+		}
+		if d := s.Deliveries[1]; d.Decision != gate.Nack || d.Reason != "held" || d.Anomaly != "a" {
+			t.Fatalf("second delivery: %+v", d)
 		}
 	}},
 	{"a conflict is its own record, once", func(t *testing.T, h LedgerHarness) {
@@ -363,14 +456,15 @@ var ledgerCases = []ledgerCase{
 			}
 			first = got
 		}
-		if s := h.Inspect(t, first.ID); len(s.Deliveries) != 2 || s.Op.DeliveryCount != 2 || len(s.Transitions) != 2 {
-			t.Fatalf("conflict record: %d deliveries (%d counted), %d transitions", len(s.Deliveries), s.Op.DeliveryCount, len(s.Transitions))
+		if s := h.Inspect(t, first.ID); len(s.Deliveries) != 2 || s.Op.DeliveryCount != 2 || len(s.Transitions) != 2 ||
+			s.Deliveries[1].N != 2 || s.Deliveries[1].Decision != gate.Nack {
+			t.Fatalf("conflict record: deliveries %+v (%d counted), %d transitions", s.Deliveries, s.Op.DeliveryCount, len(s.Transitions))
 		}
 		if got := find(t, h.Ledger, orig); got.ID != orig.ID || got.DeliveryCount != 1 {
 			t.Fatalf("the original changed: %+v", got)
 		}
 		// A conflict record is never moved or claimed.
-		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(claim(&rec, gate.StateConflicting, "x", 9, t0), "claim", t0))
+		err := h.Ledger.Write(context.Background(), gate.RetryLaterChange(claim(&rec, gate.StateConflicting, "x", 9, t0, nil), "claim", t0))
 		if !errors.Is(err, gate.ErrNotFound) {
 			t.Fatalf("claiming a conflict record: %v, want ErrNotFound", err)
 		}
@@ -380,6 +474,29 @@ var ledgerCases = []ledgerCase{
 		err = h.Ledger.Write(context.Background(), gate.ResolveChange(intervening(&rec, gate.StateConflicting, "op-x", 9), nil, iv, 0, "", nil, "abandon", t0))
 		if !errors.Is(err, gate.ErrNotFound) {
 			t.Fatalf("resolving a conflict record: %v, want ErrNotFound", err)
+		}
+	}},
+	{"a lookup before the claim is an attempt of its own", func(t *testing.T, h LedgerHarness) {
+		op := newOp("lookup-first")
+		start(t, h.Ledger, op)
+		ctx := context.Background()
+		must(t, h.Ledger.Write(ctx, gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1, &gate.Attempt{N: 1, Outcome: gate.OutcomeUnknown}, 1, gate.Nack), "lost", t0)))
+		at := t0.Add(time.Minute)
+		d := redeliver(t, h.Ledger, op, "m-2", at)
+		done := at.Add(time.Millisecond)
+		c := gate.ConfirmChange(claim(op, gate.StatePendingEffect, "b", 2, at, d),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectConfirmed, gate.StateAckPending), "res-l", "lookup found it", done)
+		c.Lookup = &gate.Attempt{N: 2, Kind: gate.AttemptLookup, IdempotencyKey: op.IdempotencyKey, ContractVersion: "v1",
+			StartedAt: at, FinishedAt: &done, Outcome: gate.OutcomeConfirmed, StatusCode: 200, ResultID: "res-l", Reason: "found"}
+		must(t, h.Ledger.Write(ctx, c))
+		got := find(t, h.Ledger, op)
+		if got.State != gate.StateAckPending || got.ResultID != "res-l" || got.AttemptCount != 2 || got.LastAttempt.N != 1 || got.Fence != 2 {
+			t.Fatalf("after the lookup: %+v", got)
+		}
+		s := h.Inspect(t, op.ID)
+		if len(s.Attempts) != 2 || s.Attempts[1].Kind != gate.AttemptLookup || s.Attempts[1].Fence != 2 ||
+			s.Attempts[1].Outcome != gate.OutcomeConfirmed || s.Attempts[1].ResultID != "res-l" || len(s.Transitions) != 6 {
+			t.Fatalf("attempts %+v, %d transitions", s.Attempts, len(s.Transitions))
 		}
 	}},
 }
@@ -394,7 +511,8 @@ type reservationCase struct {
 func indeterminate(t *testing.T, l gate.Ledger, op *gate.Operation) {
 	t.Helper()
 	at := t0.Add(time.Minute)
-	must(t, l.Write(context.Background(), gate.IndeterminateChange(claim(op, gate.StatePendingEffect, "owner-b", 2, at),
+	d := redeliver(t, l, op, "m-indet", at)
+	must(t, l.Write(context.Background(), gate.IndeterminateChange(claim(op, gate.StatePendingEffect, "owner-b", 2, at, d),
 		steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "lookup down", at)))
 }
 
@@ -442,7 +560,7 @@ var interventionCases = []ledgerCase{
 		}
 		// The owner it fenced off can no longer record anything.
 		fin := &gate.Attempt{N: 1, Outcome: gate.OutcomeConfirmed, StatusCode: 201, ResultID: "late"}
-		err = h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 2, fin, "owner-b", gate.Ack),
+		err = h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 2, fin, 2, gate.Ack),
 			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "late", "x", at))
 		if !errors.Is(err, gate.ErrFenced) {
 			t.Fatalf("the fenced owner's confirm: %v, want ErrFenced", err)
@@ -452,22 +570,37 @@ var interventionCases = []ledgerCase{
 			t.Fatalf("record: %d interventions, transitions %+v", len(s.Interventions), s.Transitions)
 		}
 	}},
-	{"an abandoned operation ends terminal and dead-lettered once", func(t *testing.T, h LedgerHarness) {
+	{"an abandoned operation ends terminal; every dead-lettering is kept", func(t *testing.T, h LedgerHarness) {
 		op := newOp("abandon")
 		start(t, h.Ledger, op)
 		indeterminate(t, h.Ledger, op)
+		ctx := context.Background()
 		at := t0.Add(time.Hour)
 		iv := &gate.Intervention{Resolution: gate.Resolution{Kind: gate.ResolveAbandon, Reason: "gave up", Actor: "bob"},
 			From: gate.StateEffectIndeterminate, To: gate.StateTerminalFailure, Fence: 3, At: at}
 		dl := &gate.DeadLetter{OperationID: op.ID, Reason: "operator abandon", At: at}
-		must(t, h.Ledger.Write(context.Background(), gate.ResolveChange(intervening(op, gate.StateEffectIndeterminate, "op-y", 3),
+		must(t, h.Ledger.Write(ctx, gate.ResolveChange(intervening(op, gate.StateEffectIndeterminate, "op-y", 3),
 			steps(t, gate.StateEffectIndeterminate, gate.StateTerminalFailure), iv, 0, "", dl, "operator abandon", at)))
-		got, last, err := h.Ledger.FindByID(context.Background(), op.ID)
+		got, last, err := h.Ledger.FindByID(ctx, op.ID)
 		if err != nil || got.State != gate.StateTerminalFailure || got.Grant != 0 || last == nil || last.Kind != gate.ResolveAbandon {
 			t.Fatalf("after abandon: %+v, %+v, %v", got, last, err)
 		}
-		if s := h.Inspect(t, op.ID); len(s.DeadLetters) != 1 || s.DeadLetters[0].Reason != "operator abandon" {
-			t.Fatalf("dead letters %+v", s.DeadLetters)
+		// Replayed, attempted once more and refused for good: dead-lettered
+		// a second time, and both are on the record.
+		t1 := at.Add(time.Minute)
+		replay := &gate.Intervention{Resolution: gate.Resolution{Kind: gate.ResolveReplay, Reason: "fixed", Actor: "bob"},
+			From: gate.StateTerminalFailure, To: gate.StatePendingEffect, Fence: 4, At: t1}
+		must(t, h.Ledger.Write(ctx, gate.ResolveChange(intervening(op, gate.StateTerminalFailure, "op-z", 4),
+			steps(t, gate.StateTerminalFailure, gate.StatePendingEffect), replay, 2, "", nil, "operator replay", t1)))
+		d := redeliver(t, h.Ledger, op, "m-replayed", t1)
+		must(t, h.Ledger.Write(ctx, gate.StartChange(claim(op, gate.StatePendingEffect, "owner-c", 5, t1, d),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t1}, "granted", t1)))
+		must(t, h.Ledger.Write(ctx, gate.TerminalChange(settle(op, gate.StatePendingEffect, 5, &gate.Attempt{N: 2, Outcome: gate.OutcomeTerminal}, d.N, gate.Ack),
+			steps(t, gate.StatePendingEffect, gate.StateTerminalFailure), &gate.DeadLetter{Reason: "refused again"}, "refused again", t1)))
+		if s := h.Inspect(t, op.ID); len(s.DeadLetters) != 2 || s.DeadLetters[0].Reason != "operator abandon" ||
+			s.DeadLetters[1].Reason != "refused again" || len(s.Interventions) != 2 {
+			t.Fatalf("dead letters %+v, interventions %+v", s.DeadLetters, s.Interventions)
 		}
 	}},
 	{"a reconciling lookup is an attempt of its own", func(t *testing.T, h LedgerHarness) {
@@ -567,6 +700,27 @@ var reservationCases = []reservationCase{
 		}
 		if _, err := r.Renew(ctx, same, time.Minute); err != nil {
 			t.Fatalf("the same owner's newer lease was freed by its older one: %v", err)
+		}
+	}},
+	{"a lease taken at the ledger's fence raises the counter past it", func(t *testing.T, h ReservationsHarness) {
+		ctx, r := context.Background(), h.Reservations
+		l, err := r.Take(ctx, gate.Lease{Key: "op_take", Owner: "owner-a", Fence: 1}, time.Minute)
+		if err != nil || l.Fence != 1 || l.Owner != "owner-a" || l.Reset || l.Expires.IsZero() {
+			t.Fatalf("take at fence 1: %+v, %v", l, err)
+		}
+		if _, err := r.Take(ctx, gate.Lease{Key: "op_take", Owner: "owner-b", Fence: 1}, time.Minute); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("a second take: %v, want ErrHeld", err)
+		}
+		if _, err := r.Acquire(ctx, "op_take", "owner-b", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+			t.Fatalf("acquire while taken: %v, want ErrHeld", err)
+		}
+		if l, err = r.Renew(ctx, l, time.Minute); err != nil {
+			t.Fatalf("renew a taken lease: %v", err)
+		}
+		must(t, r.Release(ctx, l))
+		next, err := r.Acquire(ctx, "op_take", "owner-b", time.Minute, 0)
+		if err != nil || next.Fence != 2 || next.Reset {
+			t.Fatalf("acquire after the taken lease: %+v, %v, want fence 2", next, err)
 		}
 	}},
 	{"the floor raises the fence", func(t *testing.T, h ReservationsHarness) {

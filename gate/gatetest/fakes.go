@@ -35,23 +35,31 @@ type Snapshot struct {
 	DeadLetters []gate.DeadLetter
 	// Interventions are the operator resolutions recorded, oldest first.
 	Interventions []gate.Intervention
+	// LeaseEvents are the leases found lost and the resets met, oldest first.
+	LeaseEvents []LeaseEvent
 	// Outbox is a handoff route's entry.
 	Outbox *gate.OutboxEntry
+}
+
+// LeaseEvent is a lease lost during a call ("lost") or taken from a store
+// that had lost the operation's counter ("reset"), under Fence.
+type LeaseEvent struct {
+	Kind  string
+	Fence int64
 }
 
 // Ledger is an in-memory gate.Ledger with the guards of the Postgres one:
 // every write is all or nothing, follows the transition table, and is fenced.
 type Ledger struct {
-	mu      sync.Mutex
-	ops     map[string]*Snapshot // by operation id, conflict records included
-	byScope map[string]string    // scope key -> id of the operation (never a conflict)
+	mu  sync.Mutex
+	ops map[string]*Snapshot // by operation id, conflict records included
 
-	// BeforeWrite, when set, runs before each Write with the lock released;
-	// an error it returns is the write's result and nothing is written. Tests
-	// use it to make the store fail, or to let another owner in, at a chosen
-	// step.
+	// BeforeWrite, when set, runs before each Claim and Write with the lock
+	// released; an error it returns is the call's result and nothing is
+	// written. Tests use it to make the store fail, or to let another owner
+	// in, at a chosen step.
 	BeforeWrite func(c *gate.Change) error
-	// Writes counts the writes that committed.
+	// Writes counts the claims and writes that committed.
 	Writes int
 }
 
@@ -59,18 +67,41 @@ var _ gate.Ledger = (*Ledger)(nil)
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{ops: map[string]*Snapshot{}, byScope: map[string]string{}}
+	return &Ledger{ops: map[string]*Snapshot{}}
 }
 
-// Find implements gate.Ledger.
-func (l *Ledger) Find(_ context.Context, scopeKey string) (*gate.Operation, error) {
+// Claim implements gate.Ledger.
+func (l *Ledger) Claim(_ context.Context, c *gate.Change) (*gate.Operation, bool, error) {
+	if c == nil || c.Claim == nil || c.Claim.Row == nil || c.Claim.Delivery == nil || c.Fence != 1 {
+		return nil, false, fmt.Errorf("%w: a claim creates its operation under fence 1 with its first delivery", ErrRefused)
+	}
+	if l.BeforeWrite != nil {
+		if err := l.BeforeWrite(c); err != nil {
+			return nil, false, err
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	id, ok := l.byScope[scopeKey]
-	if !ok {
-		return nil, gate.ErrNotFound
+	if s, ok := l.ops[c.OperationID]; ok {
+		if s.Op.Fingerprint == c.Claim.Row.Fingerprint {
+			s.Op.DeliveryCount++
+			d := *c.Claim.Delivery
+			d.OperationID, d.N, d.Found, d.Fence = s.Op.ID, s.Op.DeliveryCount, s.Op.State, 0
+			d.Decision, d.Reason, d.Anomaly = "", "", ""
+			if a := c.Claim.AckedAnswer; a != nil && s.Op.State == gate.StateAcknowledged {
+				d.Decision, d.Reason, d.Anomaly = a.Decision, a.Reason, a.Anomaly
+			}
+			s.Deliveries = append(s.Deliveries, d)
+		}
+		return l.operation(s), false, nil
 	}
-	return l.operation(l.ops[id]), nil
+	s, err := l.create(c)
+	if err != nil {
+		return nil, false, err
+	}
+	l.ops[s.Op.ID] = s
+	l.Writes++
+	return l.operation(s), true, nil
 }
 
 // FindByID implements gate.Ledger.
@@ -89,7 +120,8 @@ func (l *Ledger) FindByID(_ context.Context, id string) (*gate.Operation, *gate.
 	return l.operation(s), last, nil
 }
 
-// operation is the row as Find returns it: with its newest effect attempt.
+// operation is the row as Claim and FindByID return it: with its newest
+// effect attempt.
 func (l *Ledger) operation(s *Snapshot) *gate.Operation {
 	op := s.Op
 	op.LastAttempt = nil
@@ -121,15 +153,10 @@ func (l *Ledger) writeAll(changes ...*gate.Change) error {
 	defer l.mu.Unlock()
 	staged := map[string]*Snapshot{}
 	for _, c := range changes {
-		var (
-			s   *Snapshot
-			err error
-		)
 		if c.Claim != nil && c.Claim.Row != nil {
-			s, err = l.create(c, staged)
-		} else {
-			s, err = l.apply(c, staged)
+			return fmt.Errorf("%w: a creating claim goes through Claim", ErrRefused)
 		}
+		s, err := l.apply(c, staged)
 		if err != nil {
 			return err
 		}
@@ -138,9 +165,6 @@ func (l *Ledger) writeAll(changes ...*gate.Change) error {
 	// Everything was checked on copies; only now does it become visible.
 	for id, s := range staged {
 		l.ops[id] = s
-		if s.Op.ConflictOf == "" {
-			l.byScope[s.Op.ScopeKey] = id
-		}
 	}
 	l.Writes += len(changes)
 	return nil
@@ -155,25 +179,25 @@ func (l *Ledger) current(id string, staged map[string]*Snapshot) (*Snapshot, boo
 	return s, ok
 }
 
-func (l *Ledger) create(c *gate.Change, staged map[string]*Snapshot) (*Snapshot, error) {
+func (l *Ledger) create(c *gate.Change) (*Snapshot, error) {
 	row := *c.Claim.Row
 	if len(c.Steps) == 0 || row.ID != c.OperationID {
 		return nil, fmt.Errorf("%w: a creating claim needs its row and a step", ErrRefused)
 	}
-	if _, ok := l.byScope[row.ScopeKey]; ok {
-		return nil, gate.ErrExists
-	}
-	if _, ok := l.current(row.ID, staged); ok {
-		return nil, gate.ErrExists
+	switch c.Steps[len(c.Steps)-1].To {
+	case gate.StatePendingEffect, gate.StateTerminalFailure:
+	default:
+		return nil, fmt.Errorf("%w: an operation begins in pending_effect or terminal_failure", ErrRefused)
 	}
 	row.State, row.ConflictOf = "", ""
-	row.DeliveryCount, row.AttemptCount, row.FirstAttemptAt = 0, 0, nil
+	row.DeliveryCount, row.AttemptCount, row.FirstAttemptAt = 1, 0, nil
 	row.ResultID, row.EvidenceAt, row.AckedAt, row.Lane, row.LeaseLostAt = "", nil, nil, "", nil
 	row.HandedOffAt, row.Grant, row.NextCheckAt, row.Checks = nil, 0, nil, 0
-	if row.CreatedAt.IsZero() {
-		row.CreatedAt = c.At
-	}
-	s := &Snapshot{Op: row}
+	row.TraceID = c.Claim.Delivery.TraceID
+	row.CreatedAt = c.At
+	d := *c.Claim.Delivery
+	d.OperationID, d.N, d.Fence, d.Found, d.ReceivedAt = row.ID, 1, 1, "", c.At
+	s := &Snapshot{Op: row, Deliveries: []gate.Delivery{d}}
 	return s, l.change(s, c, true)
 }
 
@@ -188,6 +212,17 @@ func (l *Ledger) apply(c *gate.Change, staged map[string]*Snapshot) (*Snapshot, 
 	}
 	if cur.Op.State != c.Expect {
 		return nil, gate.ErrStateChanged
+	}
+	// Attempts are numbered in turn.
+	next := cur.Op.AttemptCount + 1
+	if c.Lookup != nil {
+		if c.Lookup.N != next {
+			return nil, fmt.Errorf("%w: lookup numbered %d, next attempt is %d", gate.ErrStateChanged, c.Lookup.N, next)
+		}
+		next++
+	}
+	if c.Start != nil && c.Start.N != next {
+		return nil, fmt.Errorf("%w: attempt numbered %d, next is %d", gate.ErrStateChanged, c.Start.N, next)
 	}
 	s := clone(cur)
 	return s, l.change(s, c, false)
@@ -209,28 +244,22 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 	op.UpdatedAt = c.At
 	switch {
 	case c.Claim != nil:
-		op.Fence, op.Owner, op.TraceID = c.Fence, c.Claim.Owner, c.Claim.TraceID
+		op.Fence, op.Owner = c.Fence, c.Claim.Owner
 		start, deadline := c.At, c.Claim.LeaseDeadline
 		op.LeaseStart, op.LeaseDeadline, op.LeaseExtensions, op.LeaseLostAt = &start, &deadline, 0, nil
-		if d := c.Claim.Delivery; d != nil {
-			dd := *d
-			dd.OperationID = op.ID
-			s.Deliveries = append(s.Deliveries, dd)
-			op.DeliveryCount++
+		if d := c.Claim.Delivery; d != nil && !creating {
+			for i := range s.Deliveries {
+				if s.Deliveries[i].N == d.N && s.Deliveries[i].Fence == 0 {
+					s.Deliveries[i].Fence = c.Fence
+				}
+			}
+		}
+		if c.Claim.Reset {
+			s.LeaseEvents = append(s.LeaseEvents, LeaseEvent{Kind: "reset", Fence: c.Fence})
 		}
 	case c.Intervene != nil:
 		iv := c.Intervene
 		op.Fence, op.Owner = c.Fence, iv.Owner
-		if a := iv.Lookup; a != nil {
-			if a.N != op.AttemptCount+1 {
-				// Another writer recorded an attempt since this one read the row.
-				return fmt.Errorf("%w: lookup numbered %d, next attempt is %d", gate.ErrStateChanged, a.N, op.AttemptCount+1)
-			}
-			aa := *a
-			aa.Fence = c.Fence
-			s.Attempts = append(s.Attempts, aa)
-			op.AttemptCount++
-		}
 		if iv.Grant > 0 {
 			op.Grant = iv.Grant
 		}
@@ -238,13 +267,13 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 		if iv.Intervention != nil {
 			s.Interventions = append(s.Interventions, *iv.Intervention)
 		}
-		if op.State != gate.StateEffectIndeterminate {
-			op.Lane = ""
-		}
 	case c.Settle != nil:
 		deadline := c.Settle.Lease.Deadline
 		op.LeaseExtensions, op.LeaseDeadline, op.LeaseLostAt = c.Settle.Lease.Extensions, &deadline, c.Settle.Lease.LostAt
-		if a := c.Settle.Answer; a != nil && a.Owner != "" {
+		if c.Settle.Lease.LostAt != nil {
+			s.LeaseEvents = append(s.LeaseEvents, LeaseEvent{Kind: "lost", Fence: c.Fence})
+		}
+		if a := c.Settle.Answer; a != nil && a.N > 0 {
 			answer(s, a)
 		}
 		if f := c.Settle.Finish; f != nil {
@@ -253,24 +282,34 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 			}
 		}
 	}
+	if op.State != gate.StateEffectIndeterminate {
+		op.Lane = ""
+	}
 	switch {
-	case c.Kind == gate.ChangeConfirm, c.Intervene != nil && c.ResultID != "":
-		at := c.At
-		op.ResultID, op.EvidenceAt = c.ResultID, &at
 	case c.Kind == gate.ChangeIndeterminate:
 		op.Lane = c.Lane
 	case c.Kind == gate.ChangeAcked:
 		at := c.At
 		op.AckedAt = &at
 	}
+	if slices.ContainsFunc(c.Steps, func(st gate.Step) bool { return st.To == gate.StateEffectConfirmed }) {
+		at := c.At
+		op.ResultID, op.EvidenceAt = c.ResultID, &at
+	}
 	if c.Kind != gate.ChangeAcked {
 		op.Reason = c.Reason
 	}
-	if a := c.Start; a != nil {
+	for _, a := range []*gate.Attempt{c.Lookup, c.Start} {
+		if a == nil {
+			continue
+		}
 		aa := *a
 		aa.Fence = c.Fence
 		if aa.StartedAt.IsZero() {
 			aa.StartedAt = c.At
+		}
+		if creating {
+			aa.StartedAt, aa.ContractVersion = c.At, op.ContractVersion
 		}
 		s.Attempts = append(s.Attempts, aa)
 		op.AttemptCount++
@@ -283,12 +322,10 @@ func (l *Ledger) change(s *Snapshot, c *gate.Change, creating bool) error {
 		at, entry := c.At, *e
 		op.HandedOffAt, s.Outbox = &at, &entry
 	}
-	if dl := c.DeadLetter; dl != nil && len(s.DeadLetters) == 0 {
+	if dl := c.DeadLetter; dl != nil {
 		d := *dl
 		d.OperationID = op.ID
-		if d.At.IsZero() {
-			d.At = c.At
-		}
+		d.At = c.At
 		s.DeadLetters = append(s.DeadLetters, d)
 	}
 	return nil
@@ -310,11 +347,12 @@ func finish(s *Snapshot, f *gate.Attempt, at time.Time) error {
 	return fmt.Errorf("%w: no unfinished attempt %d", ErrRefused, f.N)
 }
 
+// answer records a's decision on delivery a.N, once.
 func answer(s *Snapshot, a *gate.Answer) {
 	for i := range s.Deliveries {
 		d := &s.Deliveries[i]
-		if d.Owner == a.Owner && d.Decision == "" {
-			d.Decision = a.Decision
+		if d.N == a.N && d.Decision == "" {
+			d.Decision, d.Anomaly = a.Decision, a.Anomaly
 			if a.Reason != "" {
 				d.Reason = a.Reason
 			}
@@ -324,60 +362,53 @@ func answer(s *Snapshot, a *gate.Answer) {
 
 // RecordConflict implements gate.Ledger.
 func (l *Ledger) RecordConflict(_ context.Context, c *gate.Conflict) (*gate.Operation, error) {
-	if c.Original == nil || c.Record == nil || c.Record.ID == "" {
-		return nil, fmt.Errorf("%w: a conflict needs its original and its record", ErrRefused)
+	if c.Original == nil || c.Record == nil || c.Record.ID == "" || c.Delivery == nil {
+		return nil, fmt.Errorf("%w: a conflict needs its original, its record and its delivery", ErrRefused)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	d := *c.Delivery
 	s, ok := l.ops[c.Record.ID]
 	if !ok {
 		row := *c.Record
 		row.ConflictOf, row.State = c.Original.ID, gate.StateConflicting
 		row.Fence, row.Owner, row.LeaseStart, row.LeaseDeadline, row.LeaseExtensions = 0, "", nil, nil, 0
-		row.DeliveryCount, row.AttemptCount = 0, 0
+		row.DeliveryCount, row.AttemptCount = 1, 0
+		row.TraceID = d.TraceID
 		if row.CreatedAt.IsZero() {
 			row.CreatedAt = c.At
 		}
 		row.UpdatedAt = c.At
-		s = &Snapshot{Op: row, Transitions: []gate.Transition{
+		d.OperationID, d.N, d.Found, d.Fence, d.ReceivedAt = row.ID, 1, "", 0, row.CreatedAt
+		s = &Snapshot{Op: row, Deliveries: []gate.Delivery{d}, Transitions: []gate.Transition{
 			{From: "", To: gate.StateReceived}, {From: gate.StateReceived, To: gate.StateConflicting},
 		}}
 		l.ops[row.ID] = s
-	}
-	if c.Delivery != nil {
-		d := *c.Delivery
-		d.OperationID = s.Op.ID
-		s.Deliveries = append(s.Deliveries, d)
+	} else {
 		s.Op.DeliveryCount++
+		d.OperationID, d.N, d.Found, d.Fence = s.Op.ID, s.Op.DeliveryCount, s.Op.State, 0
+		s.Deliveries = append(s.Deliveries, d)
 	}
 	if c.DeadLetter != nil && len(s.DeadLetters) == 0 {
-		d := *c.DeadLetter
-		d.OperationID = s.Op.ID
-		s.DeadLetters = append(s.DeadLetters, d)
+		dl := *c.DeadLetter
+		dl.OperationID = s.Op.ID
+		s.DeadLetters = append(s.DeadLetters, dl)
 	}
-	op := s.Op
-	return &op, nil
-}
-
-// RecordDelivery implements gate.Ledger.
-func (l *Ledger) RecordDelivery(_ context.Context, d *gate.Delivery) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s, ok := l.ops[d.OperationID]
-	if !ok {
-		return gate.ErrNotFound
-	}
-	s.Deliveries = append(s.Deliveries, *d)
-	s.Op.DeliveryCount++
-	return nil
+	return l.operation(s), nil
 }
 
 // AnswerDelivery implements gate.Ledger.
 func (l *Ledger) AnswerDelivery(_ context.Context, operationID string, a *gate.Answer) error {
+	if a == nil || a.N < 1 {
+		return fmt.Errorf("%w: the answer names no delivery", ErrRefused)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s, ok := l.ops[operationID]; ok {
 		answer(s, a)
+		if a.ResetFence > 0 {
+			s.LeaseEvents = append(s.LeaseEvents, LeaseEvent{Kind: "reset", Fence: a.ResetFence})
+		}
 	}
 	return nil
 }
@@ -404,13 +435,13 @@ func (l *Ledger) IDs() []string {
 
 func clone(s *Snapshot) *Snapshot {
 	return &Snapshot{
-		Op:          s.Op,
-		Deliveries:  slices.Clone(s.Deliveries),
-		Attempts:    slices.Clone(s.Attempts),
-		Transitions: slices.Clone(s.Transitions),
-		DeadLetters: slices.Clone(s.DeadLetters),
-
+		Op:            s.Op,
+		Deliveries:    slices.Clone(s.Deliveries),
+		Attempts:      slices.Clone(s.Attempts),
+		Transitions:   slices.Clone(s.Transitions),
+		DeadLetters:   slices.Clone(s.DeadLetters),
 		Interventions: slices.Clone(s.Interventions),
+		LeaseEvents:   slices.Clone(s.LeaseEvents),
 		Outbox:        s.Outbox,
 	}
 }

@@ -38,7 +38,11 @@ func (x *Local) Apply(_ context.Context, start *gate.Change, req *gate.EffectReq
 	if err != nil {
 		return err
 	}
-	if err := x.Ledger.writeAll(start, c); err != nil {
+	changes := []*gate.Change{c}
+	if start != nil {
+		changes = []*gate.Change{start, c}
+	}
+	if err := x.Ledger.writeAll(changes...); err != nil {
 		return err
 	}
 	if res.Outcome == gate.OutcomeConfirmed {

@@ -46,13 +46,15 @@ func localOp(name string) *gate.Operation {
 	return op
 }
 
-// localStart is the claim a first delivery of a local route commits with
-// its statement: the operation, its intent and attempt 1 under fence.
-func localStart(t *testing.T, op *gate.Operation, fence int64) *gate.Change {
+// localTakeover is the claim of a later delivery of a local route,
+// committed with its statement: it takes the operation (pending_effect
+// after a failed attempt 1) under fence and records attempt 2.
+func localTakeover(t *testing.T, h LocalHarness, op *gate.Operation, fence int64) *gate.Change {
 	t.Helper()
-	w := gate.Claiming(nil, op, lease("owner-a", fence, t0), delivery("m-1", "owner-a", t0), "trace-1")
-	return gate.StartChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
-		&gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t0}, "new operation", t0)
+	d := redeliver(t, h.Ledger, op, "m-2", t0)
+	w := claim(op, gate.StatePendingEffect, "owner-b", fence, t0, d)
+	return gate.StartChange(w, steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
+		&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t0}, "retry", t0)
 }
 
 func localRequest(h LocalHarness, op *gate.Operation, refuse bool, fence int64) *gate.EffectRequest {
@@ -63,17 +65,17 @@ func localRequest(h LocalHarness, op *gate.Operation, refuse bool, fence int64) 
 
 // settleAs builds the settlement the gate's decision table makes of the
 // statement's result: confirmed with its row id, or terminal.
-func settleAs(t *testing.T, op *gate.Operation, fence int64, er gate.EffectResult) *gate.Change {
+func settleAs(t *testing.T, op *gate.Operation, fence int64, n int, er gate.EffectResult) *gate.Change {
 	t.Helper()
 	done := t0.Add(time.Millisecond)
-	fin := &gate.Attempt{N: 1, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: fence, StartedAt: t0,
+	fin := &gate.Attempt{N: n, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, Fence: fence, StartedAt: t0,
 		FinishedAt: &done, Outcome: er.Outcome, ResultID: er.ResultID, Reason: er.Reason}
 	if er.Outcome == gate.OutcomeConfirmed {
-		w := settle(op, gate.StatePendingEffect, fence, fin, "owner-a", gate.Ack)
+		w := settle(op, gate.StatePendingEffect, fence, fin, n, gate.Ack)
 		return gate.ConfirmChange(w, steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending),
 			er.ResultID, "the statement committed", done)
 	}
-	w := settle(op, gate.StatePendingEffect, fence, fin, "owner-a", gate.Ack)
+	w := settle(op, gate.StatePendingEffect, fence, fin, n, gate.Ack)
 	return gate.TerminalChange(w, steps(t, gate.StatePendingEffect, gate.StateTerminalFailure),
 		&gate.DeadLetter{Reason: "the statement was refused", At: done}, "the statement was refused", done)
 }
@@ -83,10 +85,11 @@ var errSettle = errors.New("settlement could not be built")
 var localCases = []localCase{
 	{"a confirmed statement commits with its evidence", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-ok")
+		start(t, h.Ledger, op)
 		var got gate.EffectResult
-		err := h.Local.Apply(context.Background(), localStart(t, op, 1), localRequest(h, op, false, 1), func(er gate.EffectResult) (*gate.Change, error) {
+		err := h.Local.Apply(context.Background(), nil, localRequest(h, op, false, 1), func(er gate.EffectResult) (*gate.Change, error) {
 			got = er
-			return settleAs(t, op, 1, er), nil
+			return settleAs(t, op, 1, 1, er), nil
 		})
 		if err != nil {
 			t.Fatalf("Apply: %v", err)
@@ -111,10 +114,11 @@ var localCases = []localCase{
 	}},
 	{"a refused statement is recorded without its effect", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-refused")
+		start(t, h.Ledger, op)
 		var got gate.EffectResult
-		err := h.Local.Apply(context.Background(), localStart(t, op, 1), localRequest(h, op, true, 1), func(er gate.EffectResult) (*gate.Change, error) {
+		err := h.Local.Apply(context.Background(), nil, localRequest(h, op, true, 1), func(er gate.EffectResult) (*gate.Change, error) {
 			got = er
-			return settleAs(t, op, 1, er), nil
+			return settleAs(t, op, 1, 1, er), nil
 		})
 		if err != nil {
 			t.Fatalf("Apply: %v", err)
@@ -135,14 +139,15 @@ var localCases = []localCase{
 	}},
 	{"a settlement that cannot be built takes the statement back", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-unsettled")
-		err := h.Local.Apply(context.Background(), localStart(t, op, 1), localRequest(h, op, false, 1), func(gate.EffectResult) (*gate.Change, error) {
+		start(t, h.Ledger, op)
+		err := h.Local.Apply(context.Background(), nil, localRequest(h, op, false, 1), func(gate.EffectResult) (*gate.Change, error) {
 			return nil, errSettle
 		})
 		if !errors.Is(err, errSettle) {
 			t.Fatalf("Apply: %v, want the settlement's error", err)
 		}
-		if _, err := h.Ledger.Find(context.Background(), op.ScopeKey); !errors.Is(err, gate.ErrNotFound) {
-			t.Fatalf("Find: %v, want ErrNotFound: the claim must not outlive its settlement", err)
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.LastAttempt == nil || got.LastAttempt.Outcome != "" {
+			t.Fatalf("an unsettled statement changed the operation: %+v", got)
 		}
 		if n := h.Rows(t, op.IdempotencyKey); n != 0 {
 			t.Fatalf("%d rows under the key, want none: the statement committed without its evidence", n)
@@ -150,27 +155,45 @@ var localCases = []localCase{
 	}},
 	{"a settlement the ledger refuses takes the statement back", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-stale")
-		err := h.Local.Apply(context.Background(), localStart(t, op, 2), localRequest(h, op, false, 2), func(er gate.EffectResult) (*gate.Change, error) {
-			return settleAs(t, op, 1, er), nil // a fence the claim superseded
+		start(t, h.Ledger, op)
+		err := h.Local.Apply(context.Background(), nil, localRequest(h, op, false, 1), func(er gate.EffectResult) (*gate.Change, error) {
+			return settleAs(t, op, 2, 1, er), nil // a fence the ledger never gave
 		})
 		if !errors.Is(err, gate.ErrFenced) {
 			t.Fatalf("Apply: %v, want ErrFenced", err)
 		}
-		if _, err := h.Ledger.Find(context.Background(), op.ScopeKey); !errors.Is(err, gate.ErrNotFound) {
-			t.Fatalf("Find: %v, want ErrNotFound", err)
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect {
+			t.Fatalf("a refused settlement changed the operation: %+v", got)
 		}
 		if n := h.Rows(t, op.IdempotencyKey); n != 0 {
 			t.Fatalf("%d rows under the key, want none", n)
 		}
 	}},
+	{"a later claim, its statement and its settlement commit together", func(t *testing.T, h LocalHarness) {
+		op := localOp("local-takeover")
+		start(t, h.Ledger, op)
+		must(t, h.Ledger.Write(context.Background(), gate.RetryLaterChange(settle(op, gate.StatePendingEffect, 1,
+			&gate.Attempt{N: 1, Outcome: gate.OutcomeRetryable}, 1, gate.Nack), "busy", t0)))
+		take := localTakeover(t, h, op, 2)
+		err := h.Local.Apply(context.Background(), take, localRequest(h, op, false, 2), func(er gate.EffectResult) (*gate.Change, error) {
+			return settleAs(t, op, 2, 2, er), nil
+		})
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if got := find(t, h.Ledger, op); got.State != gate.StateAckPending || got.Fence != 2 || got.AttemptCount != 2 {
+			t.Fatalf("after the takeover: %+v", got)
+		}
+		if n := h.Rows(t, op.IdempotencyKey); n != 1 {
+			t.Fatalf("%d rows under the key, want one", n)
+		}
+	}},
 	{"a claim the ledger refuses commits no statement", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-fenced")
 		start(t, h.Ledger, op) // fence 1, pending_effect, one delivery
-		w := gate.Claiming(&gate.Operation{ID: op.ID, State: gate.StatePendingEffect}, nil, lease("owner-b", 1, t0), delivery("m-2", "owner-b", t0), "")
-		again := gate.StartChange(w, steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StatePendingEffect),
-			&gate.Attempt{N: 2, Kind: gate.AttemptEffect, IdempotencyKey: op.IdempotencyKey, StartedAt: t0}, "retry", t0)
+		again := localTakeover(t, h, op, 1)
 		err := h.Local.Apply(context.Background(), again, localRequest(h, op, false, 1), func(er gate.EffectResult) (*gate.Change, error) {
-			return settleAs(t, op, 1, er), nil
+			return settleAs(t, op, 1, 2, er), nil
 		})
 		if !errors.Is(err, gate.ErrFenced) {
 			t.Fatalf("Apply under a fence that is not higher: %v, want ErrFenced", err)
@@ -178,7 +201,7 @@ var localCases = []localCase{
 		if n := h.Rows(t, op.IdempotencyKey); n != 0 {
 			t.Fatalf("%d rows under the key, want none", n)
 		}
-		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.Fence != 1 || got.DeliveryCount != 1 || got.AttemptCount != 1 {
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.Fence != 1 || got.DeliveryCount != 2 || got.AttemptCount != 1 {
 			t.Fatalf("a refused claim changed the operation: %+v", got)
 		}
 	}},

@@ -3,6 +3,7 @@ package gatetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -48,13 +49,15 @@ type Reservations struct {
 	Fail error
 	// lost counts renewals refused because the lease was gone.
 	lost int
+	// latest is the latest expiry ever granted per key.
+	latest map[string]time.Time
 }
 
 var _ gate.Reservations = (*Reservations)(nil)
 
 // NewReservations keeps time by now.
 func NewReservations(now func() time.Time) *Reservations {
-	return &Reservations{now: now, leases: map[string]gate.Lease{}, fences: map[string]int64{}}
+	return &Reservations{now: now, leases: map[string]gate.Lease{}, fences: map[string]int64{}, latest: map[string]time.Time{}}
 }
 
 // Flush forgets every lease and counter, as a Redis restart without
@@ -84,8 +87,48 @@ func (r *Reservations) Acquire(_ context.Context, key, owner string, ttl time.Du
 	fence := max(r.fences[key], floor) + 1
 	r.fences[key] = fence
 	l := gate.Lease{Key: key, Owner: owner, Fence: fence, Expires: now.Add(ttl), Reset: reset}
-	r.leases[key] = l
+	r.hold(l)
 	return l, nil
+}
+
+// Take implements gate.Reservations.
+func (r *Reservations) Take(_ context.Context, l gate.Lease, ttl time.Duration) (gate.Lease, error) {
+	if err := check(l.Key, l.Owner, ttl); err != nil {
+		return gate.Lease{}, err
+	}
+	if l.Fence < 1 {
+		return gate.Lease{}, fmt.Errorf("gatetest: take %s: fence %d is not a fence", l.Key, l.Fence)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Calls++
+	if r.Fail != nil {
+		return gate.Lease{}, r.Fail
+	}
+	now := r.now()
+	if held, ok := r.leases[l.Key]; ok && now.Before(held.Expires) && (held.Owner != l.Owner || held.Fence != l.Fence) {
+		return gate.Lease{}, gate.ErrHeld
+	}
+	r.fences[l.Key] = max(r.fences[l.Key], l.Fence)
+	l.Expires, l.Reset = now.Add(ttl), false
+	r.hold(l)
+	return l, nil
+}
+
+// hold makes l the key's lease.
+func (r *Reservations) hold(l gate.Lease) {
+	r.leases[l.Key] = l
+	if l.Expires.After(r.latest[l.Key]) {
+		r.latest[l.Key] = l.Expires
+	}
+}
+
+// LatestExpiry is the latest expiry the store ever granted key's lease:
+// how long its holders kept others off at most.
+func (r *Reservations) LatestExpiry(key string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.latest[key]
 }
 
 // Renew implements gate.Reservations.
@@ -106,7 +149,7 @@ func (r *Reservations) Renew(_ context.Context, l gate.Lease, ttl time.Duration)
 		return gate.Lease{}, gate.ErrLeaseLost
 	}
 	l.Expires = now.Add(ttl)
-	r.leases[l.Key] = l
+	r.hold(l)
 	return l, nil
 }
 

@@ -275,13 +275,35 @@ func (g *Gateway) Close() {
 	}
 }
 
+// staleAfter is how long after its creation an operation still open is
+// past every owner: the longest any route's delivery may hold it (its ack
+// deadline and lease extension), or its relay's call, with a minute to
+// spare.
+func staleAfter(routes []*gate.Route) time.Duration {
+	longest := time.Duration(0)
+	for _, r := range routes {
+		longest = max(longest, r.AckDeadline+r.Renewal.MaxExtension)
+		if r.Shape == gate.ShapeHandoff {
+			rr := gate.RelayRoute(r)
+			longest = max(longest, rr.AckDeadline)
+		}
+	}
+	return longest + time.Minute
+}
+
 // background builds the workers RunBackground runs and registers their
 // metrics; the lane gauges read the workers' snapshot, never the ledger.
 func (g *Gateway) background(s config.Settings, routes []*gate.Route, tel *telemetry.Telemetry, log *slog.Logger, now func() time.Time) error {
 	g.Maintenance = storage.NewMaintenance(g.Pool)
 	g.lanesRefresh = s.LanesRefresh
 	var err error
+	stale := staleAfter(routes)
 	g.Lanes, err = recovery.NewLanes(func(ctx context.Context) ([]recovery.LaneStat, error) {
+		// Open work no owner can still be at enters the lanes first, so
+		// the count sees it.
+		if _, err := g.Maintenance.Sweep(ctx, stale); err != nil {
+			return nil, err
+		}
 		stats, err := g.Maintenance.LaneStats(ctx)
 		out := make([]recovery.LaneStat, len(stats))
 		for i, st := range stats {
