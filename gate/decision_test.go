@@ -510,3 +510,48 @@ func TestSNSIdentityIsTopicAndMessageID(t *testing.T) {
 		t.Fatal("an SNS message without a topic got an identity")
 	}
 }
+
+// LeaseRecorded holds a delivery off an operation whose open attempt's
+// owner still holds the lease the ledger records for it; anything else
+// passes the plan through.
+func TestLeaseRecorded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	r := &Route{Shape: ShapeIdempotent, AckDeadline: 10 * time.Second}
+	p := plan(ActAttempt, Nack, "retry")
+	until := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	open := &Attempt{N: 1, Kind: AttemptEffect}
+	done := &Attempt{N: 1, Kind: AttemptEffect, Outcome: OutcomeRetryable}
+	cases := []struct {
+		name string
+		op   *Operation
+		held bool
+	}{
+		{"open attempt, lease running", &Operation{State: StatePendingEffect, Fence: 1, LeaseDeadline: until(time.Second), LastAttempt: open}, true},
+		{"open attempt, reserved", &Operation{State: StateReserved, Fence: 1, LeaseDeadline: until(time.Second), LastAttempt: open}, true},
+		{"open attempt, lease run out", &Operation{State: StatePendingEffect, Fence: 1, LeaseDeadline: until(0), LastAttempt: open}, false},
+		{"finished attempt, lease running", &Operation{State: StatePendingEffect, Fence: 1, LeaseDeadline: until(time.Second), LastAttempt: done}, false},
+		{"no attempt", &Operation{State: StatePendingEffect, Fence: 1, LeaseDeadline: until(time.Second)}, false},
+		{"no lease recorded", &Operation{State: StatePendingEffect, Fence: 1, LastAttempt: open}, false},
+		{"settled", &Operation{State: StateEffectIndeterminate, Fence: 1, LeaseDeadline: until(time.Second), LastAttempt: open}, false},
+		{"new", nil, false},
+	}
+	for _, c := range cases {
+		got := LeaseRecorded(Evidence{Route: r, Op: c.op, Now: now}, p)
+		if held := got.Action == ActHoldLease; held != c.held || (held && got.Answer != Nack) || (!held && got.Action != p.Action) {
+			t.Errorf("%s: %+v, held %v", c.name, got, c.held)
+		}
+	}
+}
+
+// A redelivery of acknowledged work is answered the same whether the
+// ledger's claim records it (RedeliveredAfterAck) or the table decides.
+func TestRedeliveredAfterAckIsTheTablesRow(t *testing.T) {
+	t.Parallel()
+	r := &Route{Shape: ShapeIdempotent}
+	got := Decide(Evidence{Route: r, Op: &Operation{State: StateAcknowledged, Fingerprint: "f"}, Fingerprint: "f", Now: time.Now()})
+	if want := RedeliveredAfterAck(); got.Action != want.Action || got.Answer != want.Answer || got.Reason != want.Reason ||
+		got.Anomaly != want.Anomaly || len(got.AfterSent) != 0 || want.Answer != Ack {
+		t.Fatalf("Decide %+v, RedeliveredAfterAck %+v", got, want)
+	}
+}

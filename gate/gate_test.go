@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -586,5 +587,70 @@ func TestRefusedClaimIsStillRecorded(t *testing.T) {
 	s := r.snapshot(m)
 	if len(s.Deliveries) != 2 || s.Deliveries[1].Decision != gate.Nack || s.Deliveries[1].Reason != res.Reason || s.Op.DeliveryCount != 2 {
 		t.Fatalf("deliveries %+v, count %d", s.Deliveries, s.Op.DeliveryCount)
+	}
+}
+
+// A call that hangs keeps its lease only up to the route's cap on extension
+// (max_extension): the renewer stops there and the lease lapses, so the
+// operation is not hidden for as long as the call hangs.
+func TestRenewalStopsAtTheCap(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	r.route.Renewal = gate.Renewal{Interval: 2 * time.Millisecond, MaxExtension: 40 * time.Millisecond}
+	m := r.msg("m-1", "x")
+	id, err := gate.Identify(r.route, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	r.fx.OnCall = func(*gate.EffectRequest) {
+		first = r.leases.LatestExpiry(id.OperationID)
+		// The call hangs while the clock runs far past the cap; the renewer
+		// keeps trying on its own timers meanwhile.
+		// The gate's clock moves slower than the renewer's timers, so
+		// renewals keep the lease alive until the cap, not longer.
+		for range 300 {
+			r.clock.Advance(500 * time.Microsecond)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	limit := first.Add(r.route.Renewal.MaxExtension)
+	if got := r.leases.LatestExpiry(id.OperationID); got.After(limit) {
+		t.Fatalf("the lease was renewed to %s, past the cap at %s", got.Format(time.RFC3339Nano), limit.Format(time.RFC3339Nano))
+	}
+	if s := r.snapshot(m); s.Op.LeaseExtensions == 0 {
+		t.Fatalf("no renewal recorded before the cap; the test proves nothing: %+v", s.Op)
+	}
+}
+
+// A delivery waiting on its call holds one goroutine, its own: the lease
+// renewer runs on the runtime's timers and borrows a goroutine only while
+// a renewal is on its way. Not parallel: it counts the process's
+// goroutines.
+func TestRenewalHoldsNoGoroutineOfItsOwn(t *testing.T) {
+	r := newRig(t, gate.ShapeIdempotent, gate.DeadLetterBroker)
+	r.route.Renewal = gate.Renewal{Interval: 20 * time.Millisecond, MaxExtension: time.Hour}
+	m := r.msg("m-1", "x")
+	fewest := -1
+	var renewedBefore, renewedAfter int
+	r.fx.OnCall = func(*gate.EffectRequest) {
+		for range 50 {
+			if n := runtime.NumGoroutine(); fewest < 0 || n < fewest {
+				fewest = n
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		renewedBefore = r.leases.CallCount()
+		time.Sleep(100 * time.Millisecond)
+		renewedAfter = r.leases.CallCount()
+	}
+	base := runtime.NumGoroutine()
+	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	if fewest > base {
+		t.Fatalf("during the call the process held at least %d goroutines, %d before it: the renewer keeps one of its own", fewest, base)
+	}
+	if renewedAfter <= renewedBefore {
+		t.Fatalf("no renewal while the call ran (%d store calls before, %d after): the test proves nothing", renewedBefore, renewedAfter)
 	}
 }

@@ -115,6 +115,9 @@ func checkClaim(c *gate.Change) error {
 	case c.Fence != 1:
 		return fmt.Errorf("storage: claim: a new operation's first fence is 1, not %d", c.Fence)
 	}
+	if err := checkSteps("", c.Steps); err != nil {
+		return fmt.Errorf("storage: claim: %w", err)
+	}
 	switch c.Kind {
 	case gate.ChangeStart, gate.ChangeTerminal, gate.ChangeHandoff:
 		return nil
@@ -140,6 +143,9 @@ func checkChange(c *gate.Change) error {
 	case c.Kind != gate.ChangeAcked && (c.Claim == nil) == (c.Settle == nil):
 		return fmt.Errorf("storage: write: a %s change either claims or settles", c.Kind)
 	}
+	if err := checkSteps(c.Expect, c.Steps); err != nil {
+		return fmt.Errorf("storage: write: %w", err)
+	}
 	switch c.Kind {
 	case gate.ChangeStart, gate.ChangeConfirm, gate.ChangeIndeterminate, gate.ChangeTerminal,
 		gate.ChangeRetryLater, gate.ChangeAcked, gate.ChangeResolve, gate.ChangeReconcile:
@@ -151,6 +157,20 @@ func checkChange(c *gate.Change) error {
 		return nil
 	}
 	return fmt.Errorf("storage: write: unknown change kind %q", c.Kind)
+}
+
+// checkSteps refuses a path that does not begin at from or leaves the
+// lifecycle: the log keeps a change's steps as they come, and its guard
+// judges each edge but not their order.
+func checkSteps(from gate.State, steps []gate.Step) error {
+	cur := from
+	for _, st := range steps {
+		if st.From != cur || !(st.From == "" && st.To == gate.StateReceived || gate.CanTransition(st.From, st.To)) {
+			return fmt.Errorf("%w: step %q -> %q does not continue the path at %q", ErrRefused, st.From, st.To, cur)
+		}
+		cur = st.To
+	}
+	return nil
 }
 
 // RecordConflict takes a transaction of its own: what it writes depends on

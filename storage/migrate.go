@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,27 +37,56 @@ func migrations() fs.FS {
 // run from every replica at once: an advisory lock makes them take turns, and
 // the ones that come second find nothing to do.
 func Migrate(ctx context.Context, databaseURL string) error {
+	_, err := MigrateReport(ctx, databaseURL)
+	return err
+}
+
+// ErrPreBaseline is a ledger from before the migrations were folded into
+// one baseline: its tables are not this build's, and no migration turns
+// them into it. It is drained (every operation settled, then dropped) or
+// recreated.
+var ErrPreBaseline = errors.New("the ledger predates the baseline migration: drain it or recreate it (README, Upgrading)")
+
+// MigrateReport is Migrate, and names the migrations it applied, oldest
+// first (none when the schema was current).
+func MigrateReport(ctx context.Context, databaseURL string) ([]string, error) {
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
-		return fmt.Errorf("storage: migrate: %w", err)
+		return nil, fmt.Errorf("storage: migrate: %w", err)
 	}
 	defer db.Close()
+	var old bool
+	if err := db.QueryRowContext(ctx, preBaselineSQL).Scan(&old); err != nil {
+		return nil, fmt.Errorf("storage: migrate: %w", err)
+	}
+	if old {
+		return nil, fmt.Errorf("storage: migrate: %w", ErrPreBaseline)
+	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
-		return fmt.Errorf("storage: migrate: %w", err)
+		return nil, fmt.Errorf("storage: migrate: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations(),
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	)
 	if err != nil {
-		return fmt.Errorf("storage: migrate: %w", err)
+		return nil, fmt.Errorf("storage: migrate: %w", err)
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("storage: migrate: %w", err)
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("storage: migrate: %w", err)
 	}
-	return nil
+	applied := make([]string, len(results))
+	for i, r := range results {
+		applied[i] = filepath.Base(r.Source.Path)
+	}
+	return applied, nil
 }
+
+// preBaselineSQL recognizes a ledger from before the baseline by the write
+// function every one of them had.
+const preBaselineSQL = `SELECT to_regproc('public.ackgate_write') IS NOT NULL`
 
 // schemaVersions lists the migration versions embedded in this build.
 func schemaVersions() ([]int64, error) {
@@ -83,7 +113,7 @@ func SchemaCurrent(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	}
 	var current bool
 	err = pool.QueryRow(ctx, `
-		SELECT NOT EXISTS (
+		SELECT NOT (`+preBaselineSQL+`) AND NOT EXISTS (
 			SELECT unnest($1::bigint[])
 			EXCEPT
 			SELECT version_id FROM `+goose.DefaultTablename+` WHERE is_applied

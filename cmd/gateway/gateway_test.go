@@ -127,6 +127,10 @@ func TestRunMigrateServeAndShutdown(t *testing.T) {
 	if err := run(ctx, []string{"migrate"}, env.get, &out, io.Discard); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
+	if got := out.String(); got != "applied 0001_baseline.sql\nledger schema is current\n" {
+		t.Fatalf("migrate said %q, want what it applied", got)
+	}
+	out.Reset()
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	var logs testenv.SyncBuffer

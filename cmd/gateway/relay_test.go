@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ackgate/ackgate/internal/testenv"
+	"github.com/ackgate/ackgate/storage"
 )
 
 // heldSink is the downstream of the relay tests: it applies each effect
@@ -193,17 +194,13 @@ func TestPublishOutboxItemThenCrashBeforeMarkingSent(t *testing.T) {
 	}
 	attempts := func(id string) []string {
 		t.Helper()
-		rows, err := pool.Query(ctx, `SELECT kind || ':' || outcome || ':' || idempotency_key FROM attempts WHERE operation_id = $1 ORDER BY n`, id)
+		rec, err := storage.NewLedger(pool).Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out []string
-		for rows.Next() {
-			var a string
-			if err := rows.Scan(&a); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, a)
+		for _, a := range rec.Attempts {
+			out = append(out, string(a.Kind)+":"+string(a.Outcome)+":"+a.IdempotencyKey)
 		}
 		return out
 	}
@@ -259,8 +256,9 @@ func TestPublishOutboxItemThenCrashBeforeMarkingSent(t *testing.T) {
 		t.Errorf("post: %d effects, %d calls, %d lookups; want 1, 1, 1", effects, calls, lookups)
 	}
 	got = attempts(post.id)
-	if len(got) != 1 || !strings.HasPrefix(got[0], "effect:") || !strings.HasSuffix(got[0], ":"+post.key) {
-		t.Errorf("post attempts %v, want only the interrupted effect under %s", got, post.key)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "effect:") || !strings.HasSuffix(got[0], ":"+post.key) ||
+		got[1] != "lookup:confirmed:"+post.key {
+		t.Errorf("post attempts %v, want the interrupted effect and the lookup that found it, under %s", got, post.key)
 	}
 	var result, reason string
 	if err := pool.QueryRow(ctx, `SELECT o.result_id, t.reason FROM operations o JOIN transitions t ON t.operation_id = o.id
@@ -386,7 +384,7 @@ func TestKillGatewayAfterLocalCommitBeforeAnswer(t *testing.T) {
 	if result != rowID {
 		t.Errorf("record: %s with result %q, the row is %s", state, result, rowID)
 	}
-	if n := count(`SELECT count(*) FROM attempts`); n != 1 {
+	if n := count(`SELECT sum(attempt_count) FROM operations`); n != 1 {
 		t.Errorf("%d attempts recorded, want the one statement", n)
 	}
 

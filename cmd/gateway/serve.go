@@ -56,8 +56,12 @@ func migrate(ctx context.Context, getenv func(string) string, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	if err := storage.Migrate(ctx, s.DatabaseURL); err != nil {
+	applied, err := storage.MigrateReport(ctx, s.DatabaseURL)
+	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range applied {
+		fmt.Fprintln(stdout, "applied", m)
 	}
 	fmt.Fprintln(stdout, "ledger schema is current")
 	return nil

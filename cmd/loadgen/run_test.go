@@ -131,7 +131,8 @@ func TestShortRealRun(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{"== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
 		"== memory with many in flight: 100 messages per system, 50 in flight", "== against the goals ==",
-		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message", "gateway peak RSS"} {
+		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message",
+		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -539,7 +539,9 @@ var interventionCases = []ledgerCase{
 				t.Fatalf("resolution under fence %d over 2: %v, want ErrFenced", f, err)
 			}
 		}
-		if err := h.Ledger.Write(ctx, reopen(intervening(op, gate.StateTerminalFailure, "op-x", 3), 3)); !errors.Is(err, gate.ErrStateChanged) {
+		replay := gate.ResolveChange(intervening(op, gate.StateTerminalFailure, "op-x", 3),
+			steps(t, gate.StateTerminalFailure, gate.StatePendingEffect), iv(3), 3, "", nil, "operator replay", at)
+		if err := h.Ledger.Write(ctx, replay); !errors.Is(err, gate.ErrStateChanged) {
 			t.Fatalf("resolution expecting terminal_failure: %v, want ErrStateChanged", err)
 		}
 		if _, last, err := h.Ledger.FindByID(ctx, op.ID); err != nil || last != nil {

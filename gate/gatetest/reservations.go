@@ -231,6 +231,14 @@ func check(key, owner string, ttl time.Duration) error {
 	return nil
 }
 
+// CallCount is Calls, read under the store's lock: safe while a renewer
+// may be calling.
+func (r *Reservations) CallCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Calls
+}
+
 // LostRenewals is how many renewals found their lease gone.
 func (r *Reservations) LostRenewals() int {
 	r.mu.Lock()

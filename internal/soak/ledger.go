@@ -28,8 +28,9 @@ func readLedger(ctx context.Context, dbURL string) (map[string]LedgerOp, map[str
 	rows, err := tx.Query(ctx, `
 		SELECT o.id, o.route, o.key, o.idempotency_key, o.state, o.result_id,
 		       coalesce(o.conflict_of, ''), o.reason,
-		       (SELECT count(*) FROM attempts a WHERE a.operation_id = o.id AND a.kind = 'effect'),
-		       coalesce((SELECT d.reason FROM dead_letters d WHERE d.operation_id = o.id), ''),
+		       (o.a1_started_at IS NOT NULL)::int
+		           + (SELECT count(*) FROM attempts a WHERE a.operation_id = o.id AND a.kind = 'effect'),
+		       coalesce((SELECT d.reason FROM dead_letters d WHERE d.operation_id = o.id ORDER BY d.id DESC LIMIT 1), ''),
 		       o.handed_off_at IS NOT NULL, e.operation_id IS NOT NULL, e.delivered_at IS NOT NULL
 		FROM operations o LEFT JOIN outbox e ON e.operation_id = o.id`)
 	if err != nil {
@@ -50,7 +51,10 @@ func readLedger(ctx context.Context, dbURL string) (map[string]LedgerOp, map[str
 	}
 
 	traces := map[string][]string{}
-	rows, err = tx.Query(ctx, `SELECT DISTINCT trace_id, operation_id FROM deliveries WHERE trace_id <> ''`)
+	// Every delivery's trace: the first's on the operation's row, the
+	// further ones' beside it.
+	rows, err = tx.Query(ctx, `SELECT trace_id, id FROM operations WHERE trace_id <> ''
+		UNION SELECT trace_id, operation_id FROM deliveries WHERE trace_id <> ''`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: deliveries: %w", err)
 	}

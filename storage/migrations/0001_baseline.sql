@@ -174,9 +174,12 @@ CREATE TRIGGER operations_history_kept BEFORE UPDATE ON operations FOR EACH ROW
     EXECUTE FUNCTION ackgate_refuse('AG003', 'evidence, the ack, the first delivery''s answer and the first attempt are written once');
 
 -- The state moves only along the lifecycle (gate/state.go). A statement
--- may take more than one edge: to ack_pending through effect_confirmed when
--- it records the evidence, to acknowledged through ack_pending when it
--- records the ack.
+-- may take more than one edge only along the paths the gate writes, each
+-- with the witness of the state it passes: to ack_pending through
+-- effect_confirmed from reserved or pending_effect, recording the evidence;
+-- to acknowledged through ack_pending from effect_confirmed, recording the
+-- ack, or from effect_indeterminate (a handed-off operation a lookup
+-- settled), recording both.
 CREATE TRIGGER operations_transitions_follow_the_table BEFORE UPDATE OF state ON operations FOR EACH ROW
     WHEN (NEW.state <> OLD.state AND NOT (
         (OLD.state, NEW.state) IN (
@@ -189,11 +192,12 @@ CREATE TRIGGER operations_transitions_follow_the_table BEFORE UPDATE OF state ON
             ('effect_indeterminate', 'terminal_failure'),
             ('effect_confirmed', 'ack_pending'), ('ack_pending', 'acknowledged'),
             ('terminal_failure', 'pending_effect'), ('terminal_failure', 'effect_confirmed'))
-        OR (OLD.state IN ('reserved', 'pending_effect', 'effect_indeterminate', 'terminal_failure')
-            AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL
-            AND (NEW.state = 'ack_pending' OR (NEW.state = 'acknowledged' AND NEW.acked_at IS NOT NULL)))
+        OR (OLD.state IN ('reserved', 'pending_effect') AND NEW.state = 'ack_pending'
+            AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL)
         OR (OLD.state = 'effect_confirmed' AND NEW.state = 'acknowledged'
-            AND OLD.acked_at IS NULL AND NEW.acked_at IS NOT NULL)))
+            AND OLD.acked_at IS NULL AND NEW.acked_at IS NOT NULL)
+        OR (OLD.state = 'effect_indeterminate' AND NEW.state = 'acknowledged'
+            AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL AND OLD.acked_at IS NULL AND NEW.acked_at IS NOT NULL)))
     EXECUTE FUNCTION ackgate_refuse('AG001', 'the transition is not in the lifecycle');
 
 -- Without a log an operation moves only along the common path (its
@@ -330,6 +334,20 @@ CREATE TABLE lease_events (
 );
 CREATE INDEX lease_events_operation ON lease_events (operation_id, id);
 
+-- Each logged step is an edge of the lifecycle (its order is the writer's:
+-- checking that would take a query).
+CREATE TRIGGER transitions_follow_the_table BEFORE INSERT ON transitions FOR EACH ROW
+    WHEN (NOT (NEW.from_state, NEW.to_state) IN (
+        ('received', 'reserved'), ('received', 'conflicting'), ('received', 'terminal_failure'),
+        ('reserved', 'pending_effect'), ('reserved', 'effect_confirmed'),
+        ('reserved', 'effect_indeterminate'), ('reserved', 'terminal_failure'),
+        ('pending_effect', 'reserved'), ('pending_effect', 'effect_confirmed'),
+        ('pending_effect', 'effect_indeterminate'), ('pending_effect', 'terminal_failure'),
+        ('effect_indeterminate', 'pending_effect'), ('effect_indeterminate', 'effect_confirmed'),
+        ('effect_indeterminate', 'terminal_failure'),
+        ('effect_confirmed', 'ack_pending'), ('ack_pending', 'acknowledged'),
+        ('terminal_failure', 'pending_effect'), ('terminal_failure', 'effect_confirmed')))
+    EXECUTE FUNCTION ackgate_refuse('AG001', 'a logged step is not in the lifecycle');
 CREATE TRIGGER transitions_append_only BEFORE UPDATE ON transitions FOR EACH ROW
     EXECUTE FUNCTION ackgate_refuse('AG003', 'the log is append-only');
 CREATE TRIGGER transitions_kept BEFORE DELETE ON transitions FOR EACH ROW EXECUTE FUNCTION ackgate_side_row_deleted();

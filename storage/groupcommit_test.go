@@ -1,0 +1,261 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/storage"
+)
+
+// Changes that share one statement and one commit keep their own
+// conditions: a fenced, a moved and a missing operation's change each get
+// their own answer, write nothing, and take nothing from the changes beside
+// them.
+func TestSharedStatementKeepsEachChangeApart(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ops := map[string]*gate.Operation{}
+	for _, name := range []string{"ok-1", "stale", "ok-2", "ok-3"} {
+		ops[name] = newOperation(name)
+		createPending(t, l, ops[name])
+	}
+	at := t0.Add(time.Minute)
+	settle := func(op *gate.Operation, fence int64) *gate.Change {
+		c := confirm(t, op, "r-"+op.Key, at)
+		c.Fence = fence
+		return c
+	}
+	errs := l.SendBatch([]*gate.Change{
+		settle(ops["ok-1"], 1),
+		settle(ops["stale"], 0), // a superseded owner
+		settle(ops["ok-2"], 1),
+		settle(newOperation("missing"), 1),
+	})
+	wants := []error{nil, gate.ErrFenced, nil, gate.ErrNotFound}
+	for i, want := range wants {
+		if (want == nil) != (errs[i] == nil) || (want != nil && !errors.Is(errs[i], want)) {
+			t.Errorf("change %d: %v, want %v", i, errs[i], want)
+		}
+	}
+	// ok-1, now in ack_pending, refuses a second settlement expecting
+	// pending_effect, beside one that applies.
+	errs = l.SendBatch([]*gate.Change{settle(ops["ok-1"], 1), settle(ops["ok-3"], 1)})
+	if !errors.Is(errs[0], gate.ErrStateChanged) || errs[1] != nil {
+		t.Errorf("second batch: %v, %v; want ErrStateChanged and nil", errs[0], errs[1])
+	}
+	for _, name := range []string{"ok-1", "ok-2", "ok-3"} {
+		rec := mustGet(t, l, ops[name].ID)
+		if rec.State != gate.StateAckPending || rec.ResultID != "r-"+name || rec.Attempts[0].FinishedAt == nil {
+			t.Errorf("%s: %s result %q attempt %+v", name, rec.State, rec.ResultID, rec.Attempts[0])
+		}
+	}
+	rec := mustGet(t, l, ops["stale"].ID)
+	if rec.State != gate.StatePendingEffect || rec.ResultID != "" || rec.Attempts[0].FinishedAt != nil ||
+		len(rec.Events) != 3 || rec.Reason != gate.ReasonNewOperation {
+		t.Errorf("stale kept part of a refused change: %s result %q attempt %+v, %d events",
+			rec.State, rec.ResultID, rec.Attempts[0], len(rec.Events))
+	}
+}
+
+// A statement that raises takes its batch back whole; every change is then
+// sent again on its own, so the one that raised fails and its neighbours
+// commit as if alone.
+func TestARaisingStatementIsSentAgainChangeByChange(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	good, bad := newOperation("beside"), newOperation("raises")
+	createPending(t, l, good)
+	createPending(t, l, bad)
+	// Finishing an attempt that was never started is refused by the
+	// statement itself (ackgate_refused), which raises.
+	never := gate.RetryLaterChange(settling(bad.ID, gate.StatePendingEffect, 1,
+		&gate.Attempt{N: 5, Outcome: gate.OutcomeRetryable}, 1), "no such attempt", t0)
+	before := l.GroupCommitAlone()
+	errs := l.SendBatch([]*gate.Change{confirm(t, good, "r-beside", t0), never})
+	if errs[0] != nil || !errors.Is(errs[1], storage.ErrRefused) {
+		t.Fatalf("answers %v, %v; want nil and ErrRefused", errs[0], errs[1])
+	}
+	if n := l.GroupCommitAlone() - before; n != 2 {
+		t.Errorf("%d changes sent again alone, want the batch's 2", n)
+	}
+	if rec := mustGet(t, l, good.ID); rec.State != gate.StateAckPending {
+		t.Errorf("the neighbour of a raising change: %s", rec.State)
+	}
+	if rec := mustGet(t, l, bad.ID); rec.State != gate.StatePendingEffect || rec.Reason != gate.ReasonNewOperation {
+		t.Errorf("the raising change left %s (%s)", rec.State, rec.Reason)
+	}
+}
+
+// When the round trip fails without the server's refusal (the connection
+// ends, and with it any knowledge of the commit), every change in it is
+// told so, none is sent again, and none of them committed: nobody acks on
+// a commit that did not happen.
+func TestAFailedRoundTripFailsEveryChange(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	a, b := newOperation("locked"), newOperation("other")
+	createPending(t, l, a)
+	createPending(t, l, b)
+	// Hold a's row so the batch waits on it, then end the batch's session.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := l.GroupCommitAlone()
+	done := make(chan []error, 1)
+	go func() {
+		done <- l.SendBatch([]*gate.Change{confirm(t, b, "r-other", t0), confirm(t, a, "r-locked", t0)})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		// Asked outside tx: a transaction sees one snapshot of the activity.
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch never waited on the locked row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock'`); err != nil {
+		t.Fatal(err)
+	}
+	errs := <-done
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("change %d of a failed round trip reported success", i)
+		}
+	}
+	if n := l.GroupCommitAlone() - before; n != 0 {
+		t.Errorf("%d changes of a round trip with an unknown outcome were sent again", n)
+	}
+	_ = tx.Rollback(ctx)
+	for _, op := range []*gate.Operation{a, b} {
+		if got := mustGet(t, l, op.ID); got.State != gate.StatePendingEffect || got.ResultID != "" {
+			t.Errorf("%s: a change of a failed round trip committed: %s %q", op.ID, got.State, got.ResultID)
+		}
+	}
+}
+
+// Steps that arrive while the flushers are busy ride one round trip, one
+// statement per kind: claims, changes and answers of different operations
+// together.
+func TestConcurrentStepsShareACommit(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	settled := newOperation("settled")
+	createPending(t, l, settled)
+	answered := newOperation("answered")
+	createPending(t, l, answered)
+	const n = 10
+	queued, release := l.HoldFlushers()
+	errs := make([]error, n+2)
+	var wg sync.WaitGroup
+	for i := range n {
+		op := newOperation(fmt.Sprintf("share-%d", i))
+		wg.Go(func() {
+			_, created, err := l.Claim(ctx, creating(t, op, "m-1", t0))
+			if err == nil && !created {
+				err = errors.New("found, not created")
+			}
+			errs[i] = err
+		})
+	}
+	wg.Go(func() { errs[n] = l.Write(ctx, confirm(t, settled, "r", t0)) })
+	wg.Go(func() {
+		errs[n+1] = l.AnswerDelivery(ctx, answered.ID, &gate.Answer{N: 1, Decision: gate.Nack, Reason: "held"})
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for queued() < n+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d steps queued", queued(), n+2)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before, _ := l.GroupCommitStats()
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("step %d: %v", i, err)
+		}
+	}
+	after, steps := l.GroupCommitStats()
+	if after-before != 1 || steps < n+2 {
+		t.Fatalf("%d round trips for %d queued steps, want 1", after-before, n+2)
+	}
+	if rec := mustGet(t, l, newOperation("share-7").ID); rec.State != gate.StatePendingEffect {
+		t.Errorf("created in the shared round trip: %s", rec.State)
+	}
+	if rec := mustGet(t, l, settled.ID); rec.State != gate.StateAckPending {
+		t.Errorf("settled in the shared round trip: %s", rec.State)
+	}
+	if rec := mustGet(t, l, answered.ID); rec.Deliveries[0].Decision != gate.Nack {
+		t.Errorf("answered in the shared round trip: %+v", rec.Deliveries[0])
+	}
+}
+
+// Two steps of one operation never share a statement (an UPDATE moves a
+// row once): the second waits for the next round trip and sees the first.
+func TestTwoStepsOfOneOperationGoInTurn(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	op := newOperation("turns")
+	const n = 4
+	queued, release := l.HoldFlushers()
+	created := make(chan bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			got, c, err := l.Claim(ctx, creating(t, op, fmt.Sprintf("m-%d", i), t0))
+			if err != nil || got.ID != op.ID {
+				t.Errorf("claim %d: %+v, %v", i, got, err)
+			}
+			created <- c
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d claims queued", queued(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	close(created)
+	var creators int
+	for c := range created {
+		if c {
+			creators++
+		}
+	}
+	rec := mustGet(t, l, op.ID)
+	if creators != 1 || rec.DeliveryCount != n || len(rec.Deliveries) != n {
+		t.Fatalf("%d creators; %d deliveries counted, %d recorded; want 1 and %d", creators, rec.DeliveryCount, len(rec.Deliveries), n)
+	}
+	for i, d := range rec.Deliveries {
+		if d.N != i+1 {
+			t.Fatalf("deliveries numbered %+v", rec.Deliveries)
+		}
+	}
+}
