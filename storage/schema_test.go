@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
