@@ -135,6 +135,7 @@ func OpenPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgx
 	if err != nil {
 		return nil, fmt.Errorf("storage: open pool: %w", err)
 	}
+	PlanAsLookups(cfg.ConnConfig.RuntimeParams)
 	for _, o := range opts {
 		o(cfg)
 	}
@@ -147,6 +148,30 @@ func OpenPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgx
 		return nil, fmt.Errorf("storage: open pool: %w", err)
 	}
 	return pool, nil
+}
+
+// PlanAsLookups sets a session's planner to prefer index reads and nested
+// loops, and to plan each prepared statement once, because every statement
+// the gateway sends is designed as a lookup by key or a walk of an index
+// that stops after a page.
+//
+// Left to its costs, the planner gets this wrong exactly when it matters:
+// a ledger starts empty, and a connection caches the generic plan of each
+// statement after its fifth run. Planned against a table of a few pages,
+// the claim, the evidence and the ack mark join their batch to operations
+// by hashing a sequential scan of it, and the cached plan keeps scanning
+// as the table grows, until an ANALYZE happens to invalidate it (minutes
+// away on a busy server). With the other strategies priced out (a
+// statement with no index to use still runs), the generic plan is the
+// lookup it should be, and planning the ledger's statements again for each
+// run, as Postgres otherwise does at first, costs more than running them.
+func PlanAsLookups(params map[string]string) {
+	for p, v := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
+		"plan_cache_mode": "force_generic_plan"} {
+		if _, set := params[p]; !set {
+			params[p] = v
+		}
+	}
 }
 
 // PoolOption adjusts the pool's configuration before it connects.

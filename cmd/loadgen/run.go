@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ackgate/ackgate/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -470,6 +471,9 @@ func (b *bench) opPool(ctx context.Context, conns int) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	pc.MaxConns, pc.MinConns = int32(conns), 0
+	// The op plans as the gateway's pool does, so that neither side is
+	// measured with a plan cached while its table was small.
+	storage.PlanAsLookups(pc.ConnConfig.RuntimeParams)
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
