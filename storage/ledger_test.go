@@ -137,6 +137,70 @@ func TestConcurrentCreatingClaimsOfOneID(t *testing.T) {
 	}
 }
 
+// Later deliveries taking one operation at once, each under its own higher
+// fence, from several connections: the compare-and-set lets exactly one
+// through whatever order they reach the server in, and the others are
+// told why not; only the winner's steps are logged.
+func TestConcurrentTakeoversOneWins(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	ledgers := []*storage.Ledger{l, storage.NewLedger(pool), storage.NewLedger(pool), storage.NewLedger(pool)}
+	op := newOperation("takeover")
+	createPending(t, l, op)
+	const n = 16
+	changes := make([]*gate.Change, n)
+	for i := range n {
+		d := redeliver(t, l, op, fmt.Sprintf("m-%02d", i), t0.Add(time.Minute))
+		changes[i] = gate.IndeterminateChange(claiming(op.ID, gate.StatePendingEffect, int64(2+i), fmt.Sprintf("owner-%d", i), t0.Add(time.Minute), d),
+			steps(t, gate.StatePendingEffect, gate.StateReserved, gate.StateEffectIndeterminate), gate.LaneOperator, "claim", t0.Add(time.Minute))
+	}
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range changes {
+		wg.Go(func() {
+			<-start
+			errs[i] = ledgers[i%len(ledgers)].Write(ctx, c)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if winner >= 0 {
+				t.Fatalf("claims %d and %d both won", winner, i)
+			}
+			winner = i
+		case errors.Is(err, gate.ErrFenced), errors.Is(err, gate.ErrStateChanged):
+		default:
+			t.Errorf("claim %d: unexpected %v", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no claim won")
+	}
+	rec := mustGet(t, l, op.ID)
+	if rec.State != gate.StateEffectIndeterminate || rec.Fence != int64(2+winner) || rec.Owner != fmt.Sprintf("owner-%d", winner) ||
+		len(rec.Events) != 5 || rec.Events[3].Fence != rec.Fence || rec.Events[4].Fence != rec.Fence {
+		t.Fatalf("after the race: %+v, events %+v", rec.Operation, rec.Events)
+	}
+	marked := 0
+	for _, d := range rec.Deliveries[1:] {
+		if d.Fence != 0 {
+			marked++
+			if d.Fence != rec.Fence || d.MessageID != fmt.Sprintf("m-%02d", winner) {
+				t.Errorf("delivery %+v marked, but the winner took fence %d", d, rec.Fence)
+			}
+		}
+	}
+	if marked != 1 {
+		t.Fatalf("%d deliveries marked with a fence, want the winner's", marked)
+	}
+}
+
 // FindByID, like Claim, reads the newest effect attempt: the first from
 // the operation's row, later ones from the attempts beside it; a lookup is
 // an attempt, counted, but never the latest effect.
