@@ -621,7 +621,7 @@ func checkLanes(t *testing.T, s *seededLedger) {
 // measures what the console and the admin API ask of it, each against the
 // cheapest read the ledger has (one operation by id) in the same run:
 //
-//	go test -run='^$' -bench=LanesMillion -benchtime=200x ./storage/
+//	go test -run='^$' -bench=LanesMillion -benchtime=2s -timeout=60m ./storage/
 //
 // The figures to compare are each sub-benchmark's ns/op divided by the
 // baseline's.
