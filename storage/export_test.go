@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
@@ -61,3 +63,54 @@ func SchemaDDL() string { return schemaDDL }
 
 // Queries are schema.sql's named queries.
 func Queries() map[string]string { return queries }
+
+// PlanNode is one node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its
+// type, the relation and index it scans (a bitmap index scan names only
+// its index), its direction, and the rows it returned and, for a scan,
+// read from its relation (returned, or read and filtered out), over all
+// its loops. Tests hold listings to what they read with it.
+type PlanNode struct {
+	Type, Relation, Index, Direction string
+	Rows, Read                       float64
+}
+
+func (n PlanNode) String() string {
+	return fmt.Sprintf("%s on %s (%s %s) read %.0f", n.Type, n.Relation, n.Index, n.Direction, n.Read)
+}
+
+// PlanNodes lists the nodes of an EXPLAIN (ANALYZE, FORMAT JSON) plan,
+// each before the nodes under it.
+func PlanNodes(raw []byte) ([]PlanNode, error) {
+	var plan any
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		return nil, err
+	}
+	var out []PlanNode
+	var walk func(any)
+	walk = func(v any) {
+		switch n := v.(type) {
+		case []any:
+			for _, x := range n {
+				walk(x)
+			}
+		case map[string]any:
+			if t, ok := n["Node Type"].(string); ok {
+				num := func(k string) float64 { f, _ := n[k].(float64); return f }
+				p := PlanNode{Type: t, Rows: num("Actual Rows") * num("Actual Loops")}
+				p.Relation, _ = n["Relation Name"].(string)
+				p.Index, _ = n["Index Name"].(string)
+				p.Direction, _ = n["Scan Direction"].(string)
+				p.Read = p.Rows + (num("Rows Removed by Filter")+num("Rows Removed by Index Recheck"))*num("Actual Loops")
+				out = append(out, p)
+			}
+			if p, ok := n["Plan"]; ok {
+				walk(p)
+			}
+			if ps, ok := n["Plans"]; ok {
+				walk(ps)
+			}
+		}
+	}
+	walk(plan)
+	return out, nil
+}

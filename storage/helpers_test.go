@@ -156,3 +156,61 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// claiming is delivery d taking operation id, found in from, under fence:
+// the first write of a later delivery.
+func claiming(id string, from gate.State, fence int64, owner string, at time.Time, d *gate.Delivery) gate.Writer {
+	return gate.Claiming(&gate.Operation{ID: id, State: from}, nil,
+		gate.Lease{Owner: owner, Fence: fence, Expires: at.Add(30 * time.Second)}, d)
+}
+
+// creatingTerminal is the claim of a first delivery that ends its new
+// operation at once, dead-lettered when dl is set.
+func creatingTerminal(t testing.TB, op *gate.Operation, messageID string, at time.Time, dl *gate.DeadLetter) *gate.Change {
+	t.Helper()
+	w := gate.Claiming(nil, op, gate.Lease{Owner: "owner-a", Fence: 1, Expires: at.Add(30 * time.Second)},
+		delivery(messageID, 1, at))
+	return gate.TerminalChange(w, steps(t, "", gate.StateReceived, gate.StateTerminalFailure), dl, "refused: "+op.ID, at)
+}
+
+// create commits c, a creating claim, and fails unless it created its
+// operation.
+func create(t testing.TB, l *storage.Ledger, c *gate.Change) {
+	t.Helper()
+	got, created, err := l.Claim(context.Background(), c)
+	if err != nil || !created || got.ID != c.OperationID {
+		t.Fatalf("create %s: %+v, created %v, %v", c.OperationID, got, created, err)
+	}
+}
+
+// redeliver records a further delivery of op, as its claim finds it, and
+// returns the delivery as the ledger numbered it.
+func redeliver(t testing.TB, l *storage.Ledger, op *gate.Operation, messageID string, at time.Time) *gate.Delivery {
+	t.Helper()
+	got, created, err := l.Claim(context.Background(), creating(t, op, messageID, at))
+	if err != nil || created {
+		t.Fatalf("redeliver %s: created %v, %v", op.ID, created, err)
+	}
+	d := delivery(messageID, got.DeliveryCount, at)
+	d.OperationID = op.ID
+	return d
+}
+
+func mustFind(t testing.TB, l *storage.Ledger, id string) *gate.Operation {
+	t.Helper()
+	op, _, err := l.FindByID(context.Background(), id)
+	if err != nil {
+		t.Fatalf("find %s: %v", id, err)
+	}
+	return op
+}
+
+// countRows runs a query that counts something.
+func countRows(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
