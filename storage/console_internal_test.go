@@ -331,6 +331,11 @@ func (s *seededLedger) laneQueries(tb testing.TB) []planned {
 		lane(name, adminapi.LaneFilter{State: st, Limit: 50}, want...)
 		lane(name+" by route", adminapi.LaneFilter{State: st, Route: "route-2", Limit: 50}, want...)
 		msgWant := append(slices.Clone(want), "deliveries_message_id")
+		if st == gate.StateAcknowledged {
+			// Every state at once: what the message names is found by
+			// its own indexes, not by walking the table in time order.
+			msgWant = []string{"operations_id_key", "deliveries_message_id"}
+		}
 		lane(name+" by message id", adminapi.LaneFilter{State: st, MessageID: attrMsg, ByMessage: byMessage(attrMsg), Limit: 50}, msgWant...)
 		lane(name+" by route and message id", adminapi.LaneFilter{State: st, Route: "route-0", MessageID: idMsg,
 			ByMessage: byMessage(idMsg), Limit: 50}, msgWant...)
