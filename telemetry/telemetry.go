@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
@@ -83,13 +84,27 @@ func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) 
 
 // WithPrometheus wires tp with a meter provider whose instruments are served
 // in the Prometheus format by MetricsHandler, from a registry of its own.
+// The same registry carries the Go runtime's and the process's series
+// (go_goroutines, go_memstats_*, go_gc_duration_seconds, process_open_fds,
+// process_resident_memory_bytes, ...) from client_golang's own collectors,
+// the names every Prometheus dashboard for a Go service already expects.
 func WithPrometheus(tp trace.TracerProvider, res *resource.Resource) (*Telemetry, error) {
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("telemetry: go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("telemetry: process collector: %w", err)
+	}
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
+	for _, v := range durationViews() {
+		opts = append(opts, sdkmetric.WithView(v))
+	}
+	mp := sdkmetric.NewMeterProvider(opts...)
 	t, err := New(tp, mp)
 	if err != nil {
 		return nil, err
