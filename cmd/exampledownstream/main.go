@@ -36,6 +36,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/ackgate/ackgate/internal/logsetup"
 )
 
 func main() {
@@ -46,8 +48,9 @@ func main() {
 }
 
 type config struct {
-	addr   string
-	faults faults
+	addr      string
+	logFormat string
+	faults    faults
 }
 
 // faults are the failure rates applied to every effect call; query knobs
@@ -59,7 +62,8 @@ type faults struct {
 }
 
 // run serves until ctx is done or a signal arrives, then shuts down. Logs go to
-// stdout, one line per request; usage and flag errors to stderr.
+// stdout, one record per request in the -log-format; usage and flag errors to
+// stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -71,7 +75,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stdout, nil))
+	logger, err := logsetup.New(stdout, cfg.logFormat, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	logsetup.Adopt(logger)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -115,6 +123,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		failRate, failStatus, dropRt string
 	)
 	fs.StringVar(&cfg.addr, "addr", env("ADDR", ":9090"), "listen address (EXAMPLEDOWNSTREAM_ADDR)")
+	// The gateway's setting is the default, so that one variable gives
+	// `make run`'s two processes the same format.
+	defFormat := getenv("GATEWAY_LOG_FORMAT")
+	if defFormat == "" {
+		defFormat = logsetup.FormatJSON
+	}
+	fs.StringVar(&cfg.logFormat, "log-format", env("LOG_FORMAT", defFormat), "json or text (EXAMPLEDOWNSTREAM_LOG_FORMAT, else GATEWAY_LOG_FORMAT)")
 	fs.StringVar(&failRate, "fail-rate", env("FAIL_RATE", "0"), "fraction of effect calls answered with -fail-status, not applied (EXAMPLEDOWNSTREAM_FAIL_RATE)")
 	fs.StringVar(&failStatus, "fail-status", env("FAIL_STATUS", "503"), "status for injected failures (EXAMPLEDOWNSTREAM_FAIL_STATUS)")
 	fs.StringVar(&dropRt, "drop-rate", env("DROP_RATE", "0"), "fraction of effect calls applied and then left unanswered (EXAMPLEDOWNSTREAM_DROP_RATE)")

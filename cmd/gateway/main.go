@@ -15,7 +15,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
+		if len(os.Args) > 1 && os.Args[1] == "serve" {
+			logFailure(os.Stderr, os.Getenv, err)
+		} else {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+		}
 		// ops commands say whether a refusal, a bad request or an
 		// unavailable gateway stopped them (see cmd/gateway/recovery.go).
 		var coded interface{ ExitCode() int }
