@@ -144,8 +144,19 @@ func tracesConfigured(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Version is the module version the binary was built from, or "dev".
+// version is stamped at build time: the Dockerfile's VERSION build argument
+// reaches it through -ldflags "-X github.com/ackgate/ackgate/telemetry.version=...".
+// A build from a module download (go install ...@v1.2.3) has no stamp but
+// knows its module version.
+var version string
+
+// Version is the version the binary was stamped with at build time, else
+// the module version it was built from, else "dev". It is the resource's
+// service.version and what `gateway version` prints.
 func Version() string {
+	if version != "" {
+		return version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
