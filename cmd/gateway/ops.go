@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -189,6 +190,18 @@ func opsShow(ctx context.Context, c *adminClient, args []string, stdout io.Write
 	fmt.Fprintln(stdout, "\ntransitions:")
 	for _, t := range rec.Transitions {
 		cleanf(stdout, "  %s  %-20s fence %d  %s\n", t.At.Format(time.RFC3339Nano), t.To, t.Fence, t.Reason)
+	}
+	fmt.Fprintln(stdout, "\nattempts:")
+	for _, a := range rec.Attempts {
+		outcome := string(a.Outcome)
+		if outcome == "" {
+			outcome = "(no outcome recorded)"
+		}
+		status := "-"
+		if a.StatusCode != 0 {
+			status = strconv.Itoa(a.StatusCode)
+		}
+		cleanf(stdout, "  %d  %s  %-7s fence %d  %-10s status %s  %s\n", a.N, a.StartedAt.Format(time.RFC3339Nano), a.Kind, a.Fence, outcome, status, a.Reason)
 	}
 	fmt.Fprintln(stdout, "\ndeliveries:")
 	for _, d := range rec.Deliveries {

@@ -90,6 +90,8 @@ func fakeAdmin(t *testing.T, h string) *httptest.Server {
 				"manual_intervention": intervention},
 			"completion_statement": "statement " + h,
 			"transitions":          []any{map[string]any{"to": "received", "at": "2026-01-02T03:04:05Z", "reason": "transition " + h}},
+			"attempts": []any{map[string]any{"n": 1, "kind": "effect", "outcome": "unknown", "reason": "attempt " + h,
+				"started_at": "2026-01-02T03:04:05Z"}},
 			"deliveries": []any{map[string]any{"message_id": "msg " + h, "decision": "nack", "reason": "delivery " + h,
 				"anomaly": "anomaly " + h, "trace_id": "dtrace " + h, "received_at": "2026-01-02T03:04:05Z"}},
 		},
