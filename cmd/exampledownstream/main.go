@@ -9,13 +9,22 @@
 //	GET  /effects/{key}  200 with the effect, or 404
 //	GET  /effects        counts
 //	GET  /readyz         200 once serving
+//	GET, PUT, DELETE /faults
+//	                     the faults applied to every effect call: show them,
+//	                     replace them (PUT /faults?fail=422, ?drop=1,
+//	                     ?fail_rate=0.3&fail_status=503, ?drop_rate=0.1), or go
+//	                     back to those of the flags
 //
-// Faults, per request in the query string (so a route's URL can carry them)
-// or for every request through flags and environment:
+// Faults, per request in the query string (so a route's URL can carry them),
+// for every request through flags and environment, or at run time through
+// /faults:
 //
 //	?fail=503   answer 503 without applying (-fail-rate, -fail-status)
 //	?drop=1     apply, then close the connection without answering (-drop-rate)
 //	?delay=3s   apply, then wait before answering
+//
+// A query knob decides for its request; otherwise the faults in force do.
+// Lookups (GET /effects/{key}) honour only their own ?fail=.
 //
 // A drop or delay only hits a request that applies the effect; a repeat is
 // answered at once, which is how a provider with dedupe behaves and what makes

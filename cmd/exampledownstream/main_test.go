@@ -349,3 +349,63 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		}
 	}
 }
+
+func send(t *testing.T, method, url string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, v := do(t, req)
+	return status, v
+}
+
+// The faults switched at run time apply to every effect call until they
+// are switched back to those of the flags; lookups go on answering.
+func TestFaultSwitch(t *testing.T) {
+	t.Parallel()
+	srv := newTestServer(t, faults{failStatus: 503})
+	if status, v := send(t, http.MethodPut, srv.URL+"/faults?fail=422"); status != http.StatusOK || v["fail_rate"] != 1.0 || v["fail_status"] != 422.0 {
+		t.Fatalf("PUT /faults?fail=422: %d %v", status, v)
+	}
+	if status, _, _ := post(t, srv.URL+"/effects", "k-1", `{}`); status != http.StatusUnprocessableEntity {
+		t.Fatalf("effect while failing: %d", status)
+	}
+	if status, _, _ := get(t, srv.URL+"/effects/k-1"); status != http.StatusNotFound {
+		t.Fatalf("lookup of an effect never applied: %d", status)
+	}
+	if status, v := send(t, http.MethodDelete, srv.URL+"/faults"); status != http.StatusOK || v["fail_rate"] != 0.0 {
+		t.Fatalf("DELETE /faults: %d %v", status, v)
+	}
+	if status, _, _ := post(t, srv.URL+"/effects", "k-1", `{}`); status != http.StatusCreated {
+		t.Fatalf("effect after the faults were cleared: %d", status)
+	}
+
+	// drop=1: applied, and the answer never comes.
+	if status, v := send(t, http.MethodPut, srv.URL+"/faults?drop=1"); status != http.StatusOK || v["drop_rate"] != 1.0 || v["fail_rate"] != 0.0 {
+		t.Fatalf("PUT /faults?drop=1: %d %v", status, v)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/effects", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k-2")
+	// A fresh connection: net/http resends an Idempotency-Key request
+	// whose reused connection breaks, and the resend would be a repeat.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := fresh.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a dropped answer came: %d", resp.StatusCode)
+	}
+	if status, _, v := get(t, srv.URL+"/effects/k-2"); status != http.StatusOK || v["key"] != "k-2" {
+		t.Fatalf("the dropped call's effect: %d %v", status, v)
+	}
+	if c := countsOf(t, srv.URL); c["effects"] != 2.0 || c["dropped_answers"] != 1.0 || c["injected_failures"] != 1.0 {
+		t.Fatalf("counts %v", c)
+	}
+	for _, bad := range []string{"fail=200", "drop=maybe", "fail_rate=2", "drop_rate=x", "fail_status=600"} {
+		if status, _ := send(t, http.MethodPut, srv.URL+"/faults?"+bad); status != http.StatusBadRequest {
+			t.Errorf("PUT /faults?%s: %d, want 400", bad, status)
+		}
+	}
+	if _, v := send(t, http.MethodGet, srv.URL+"/faults"); v["drop_rate"] != 1.0 {
+		t.Errorf("a refused PUT changed the faults: %v", v)
+	}
+}
