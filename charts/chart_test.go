@@ -127,6 +127,7 @@ var kinds = map[string]func() any{
 	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &PrometheusRule{} },
 }
 
 // decodeStrict turns one YAML manifest into its API type. Duplicate keys,
@@ -1284,6 +1285,7 @@ func TestChartFilesAreTheOnesTested(t *testing.T) {
 	everything := mustRender(t, withExampleRoutes(t, sentinelValues, `
 autoscaling: {enabled: true}
 serviceMonitor: {enabled: true}
+prometheusRule: {enabled: true}
 `))
 	entries, err := os.ReadDir(filepath.Join(chartDir, "templates"))
 	if err != nil {
