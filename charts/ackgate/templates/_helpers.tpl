@@ -157,6 +157,12 @@ nothing; fails the release with a message naming the value.
 {{- $_ := include "ackgate.sentinelPasswordRef" . }}
 {{- $_ := include "ackgate.metricsTokenRef" . }}
 {{- $_ := include "ackgate.validateRoutes" . }}
+{{- if and $v.ingress.enabled (not $v.ingress.hosts) }}
+{{- fail "ingress: list the host names brokers push to in ingress.hosts" }}
+{{- end }}
+{{- if and $v.httpRoute.enabled (not $v.httpRoute.parentRefs) }}
+{{- fail "httpRoute: name the Gateway to attach to in httpRoute.parentRefs" }}
+{{- end }}
 {{- $_ := include "ackgate.keyHashSecretRef" . }}
 {{- if and $v.metricsToken.value (eq $v.metricsToken.value $v.adminToken.value) }}
 {{- fail "metricsToken: must differ from adminToken: it is meant for a scraper that may not read evidence" }}
