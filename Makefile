@@ -5,7 +5,7 @@
 #               prints the line to export for `bin/gateway ops` (make cli-env)
 #   make test   services, lint, race-enabled tests, then each fuzz target
 #               briefly (make fuzz; FUZZTIME=10000x)
-#   make build  binaries into $(BIN_DIR)
+#   make build  binaries into $(BIN_DIR), stamped with $(VERSION)
 #   make lint   vet, gofmt check, staticcheck
 #   make soak   crash-and-fault soak: two gateways, 10,000 messages, every
 #               fault; prints the invariants (docs/reliability.md)
@@ -39,8 +39,12 @@ BENCHCOUNT ?= 3
 
 all: lint build
 
+# What `gateway version` prints and service.version on every span: the
+# commit, or the tag on it. The Dockerfile takes it as its VERSION argument.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+	$(GO) build -ldflags "-X github.com/ackgate/ackgate/telemetry.version=$(VERSION)" -o $(BIN_DIR)/ ./cmd/...
 
 services:
 	./scripts/services.sh
