@@ -250,7 +250,7 @@ gateway's own (config.RouteFileVocabulary), so that it cannot drift.
     "auth" (list "basic" "none" "oidc" "sns_signature")
     "broker" (list "pubsub" "sns")
     "dead_letter" (list "broker" "gateway")
-    "effect.body_mode" (list "cloudevent" "envelope" "raw")
+    "effect.body_mode" (list "cloudevent" "cloudevent_binary" "envelope" "raw")
     "effect.evidence" (list "result_id" "status_only")
     "operation_key.kind" (list "attribute" "json_pointer" "message_id")
     "pubsub_mode" (list "unwrapped" "wrapped")
