@@ -1,18 +1,33 @@
 # syntax=docker/dockerfile:1
 
 # ackgate gateway image: a static Go binary on distroless, running as a
-# non-root user. Build from the repository root:
+# non-root user. Build from the repository root, naming the version (what
+# `gateway version` prints and every span's service.version; the chart's
+# appVersion for a release) and the commit:
 #
-#   docker build -t REGISTRY/ackgate:TAG .
+#   docker build --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
+#       -t REGISTRY/ackgate:0.1.0 .
+#
+# The base images are named by tag here, since the tag is what a reader and
+# an update bot can follow. A release build pins both to the digest the tag
+# points to at that moment, so that the image it produces can be rebuilt bit
+# for bit: it resolves them (docker buildx imagetools inspect golang:1.26,
+# ... gcr.io/distroless/static-debian12:nonroot) and passes them as
+# GO_IMAGE=golang:1.26@sha256:... and RUNTIME_IMAGE=...@sha256:... build
+# arguments, which replace the defaults below.
 #
 # charts/chart_test.go checks this file's essentials (stages, static build
 # flags, non-root user, ports, entrypoint) on every `go test ./...`.
 
 # The builder runs on the build host's platform and cross-compiles for the
 # target, which a pure-Go (CGO_ENABLED=0) build can do without emulation.
-FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+ARG GO_IMAGE=golang:1.26
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
+
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG TARGETOS
 ARG TARGETARCH
+ARG VERSION=dev
 WORKDIR /src
 
 # Modules first, so that a source change does not download them again.
@@ -22,16 +37,28 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 COPY . .
 # CGO_ENABLED=0: a static binary with no libc to load, which is what lets it
-# run on distroless/static. -trimpath keeps build paths out of the binary and
-# -s -w drop the symbol and debug tables.
+# run on distroless/static. -trimpath keeps build paths out of the binary,
+# -s -w drop the symbol and debug tables, and -X stamps the version (the
+# build context has no .git to read it from).
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/gateway ./cmd/gateway
+    go build -trimpath -ldflags="-s -w -X github.com/ackgate/ackgate/telemetry.version=${VERSION}" -o /out/gateway ./cmd/gateway
 
 # distroless/static: CA certificates, tzdata and /etc/passwd, no shell, no
 # package manager. The :nonroot variant's user is uid 65532.
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
+ARG VERSION=dev
+ARG REVISION=unknown
+# OCI image annotations, read by registries and scanners.
+LABEL org.opencontainers.image.title="ackgate" \
+      org.opencontainers.image.description="Push gateway for Pub/Sub and SNS that acks only after durable evidence of the effect" \
+      org.opencontainers.image.source="https://github.com/ackgate/ackgate" \
+      org.opencontainers.image.url="https://github.com/ackgate/ackgate" \
+      org.opencontainers.image.documentation="https://github.com/ackgate/ackgate/blob/main/docs/deploy.md" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 COPY --from=build /out/gateway /gateway
 # Numeric, so that Kubernetes can verify runAsNonRoot without reading the
 # image's /etc/passwd (it refuses a non-numeric user under runAsNonRoot

@@ -1,10 +1,11 @@
 # ackgate developer targets.
 #
 #   make run    Postgres + Redis, migrate, example downstream on :9090, gateway
-#               on :8080 (ingest) and :8081 (admin) with examples/routes.yaml
+#               on :8080 (ingest) and :8081 (admin) with examples/routes.yaml;
+#               prints the line to export for `bin/gateway ops` (make cli-env)
 #   make test   services, lint, race-enabled tests, then each fuzz target
 #               briefly (make fuzz; FUZZTIME=10000x)
-#   make build  binaries into $(BIN_DIR)
+#   make build  binaries into $(BIN_DIR), stamped with $(VERSION)
 #   make lint   vet, gofmt check, staticcheck
 #   make soak   crash-and-fault soak: two gateways, 10,000 messages, every
 #               fault; prints the invariants (docs/reliability.md)
@@ -34,12 +35,16 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak console-screenshots
+.PHONY: all build run cli-env test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak console-screenshots
 
 all: lint build
 
+# What `gateway version` prints and service.version on every span: the
+# commit, or the tag on it. The Dockerfile takes it as its VERSION argument.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+	$(GO) build -ldflags "-X github.com/ackgate/ackgate/telemetry.version=$(VERSION)" -o $(BIN_DIR)/ ./cmd/...
 
 services:
 	./scripts/services.sh
@@ -89,6 +94,13 @@ fuzz:
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) "$${t%%:*}" || exit 1; \
 	done
 
+# What `gateway ops` needs in another shell to reach the gateway `make run`
+# starts; run prints it, and the README's walk-through exports it.
+ADMIN_PORT = $(lastword $(subst :, ,$(or $(GATEWAY_ADMIN_ADDR),:8081)))
+
+cli-env:
+	@echo "export GATEWAY_ADMIN_URL=http://127.0.0.1:$(ADMIN_PORT) GATEWAY_ADMIN_TOKEN=$(DEV_ADMIN_TOKEN)"
+
 # The binaries are run directly rather than through `go run`, so that the
 # trap's kill reaches the downstream server itself (go run would leave its
 # child behind). Ctrl-C stops the gateway, and the trap stops the downstream.
@@ -116,7 +128,9 @@ run: services build
 		kill -0 "$$downstream" 2>/dev/null || { echo "run: example downstream exited"; exit 1; }; \
 		sleep 0.1; \
 	done; \
-	echo "run: starting gateway; ingest $${GATEWAY_LISTEN_ADDR:-:8080}, admin $${GATEWAY_ADMIN_ADDR:-:8081} (token $(DEV_ADMIN_TOKEN))"; \
+	echo "run: starting gateway; ingest $${GATEWAY_LISTEN_ADDR:-:8080}, admin $${GATEWAY_ADMIN_ADDR:-:8081}"; \
+	echo "run: for bin/gateway ops in another shell:"; \
+	echo "  $$($(MAKE) --no-print-directory -s cli-env)"; \
 	GATEWAY_ROUTES_FILE=$(ROUTES_FILE) GATEWAY_ADMIN_TOKEN=$(DEV_ADMIN_TOKEN) $(BIN_DIR)/gateway serve
 
 # The console's pictures in docs/console.md, taken by its browser test

@@ -36,6 +36,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,6 +128,10 @@ var kinds = map[string]func() any{
 	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &PrometheusRule{} },
+	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
+	"networking.k8s.io/v1/Ingress":            func() any { return &networkingv1.Ingress{} },
+	"gateway.networking.k8s.io/v1/HTTPRoute":  func() any { return &HTTPRoute{} },
 }
 
 // decodeStrict turns one YAML manifest into its API type. Duplicate keys,
@@ -1187,7 +1192,12 @@ func TestValuesAreRejected(t *testing.T) {
 		{"addresses in standalone mode", "redis: {addrs: [r:6379]}", "addrs"},
 		{"address without port", "redis: {mode: cluster, addrs: [redis-cluster]}", "addrs"},
 		{"Sentinel password in cluster mode", "redis: {mode: cluster, addrs: [r:6379], sentinel: {password: x}}", "password"},
-		{"short admin token", "adminToken: {value: short}", "adminToken"},
+		{"short admin token", "adminToken: {value: short}", "at '/adminToken/value': minLength: got 5, want 16"},
+		{"short metrics token", "metricsToken: {value: short}", "at '/metricsToken/value': minLength: got 5, want 16"},
+		{"short key hash secret", "keyHashSecret: {value: short}", "at '/keyHashSecret/value': minLength: got 5, want 32"},
+		{"ingress without hosts", "ingress: {enabled: true}", "ingress.hosts"},
+		{"HTTPRoute without a Gateway", "httpRoute: {enabled: true}", "httpRoute.parentRefs"},
+		{"unknown NetworkPolicy field", "networkPolicy: {enabled: true, from: []}", "from"},
 		{"bad duration", "gateway: {writeTimeout: 60}", "writeTimeout"},
 		{"bad log level", "gateway: {logLevel: verbose}", "logLevel"},
 		{"body limit over the gateway's", "gateway: {maxBodyBytes: 67108864}", "maxBodyBytes"},
@@ -1284,6 +1294,10 @@ func TestChartFilesAreTheOnesTested(t *testing.T) {
 	everything := mustRender(t, withExampleRoutes(t, sentinelValues, `
 autoscaling: {enabled: true}
 serviceMonitor: {enabled: true}
+prometheusRule: {enabled: true}
+networkPolicy: {enabled: true}
+ingress: {enabled: true, hosts: [push.example.com]}
+httpRoute: {enabled: true, parentRefs: [{name: public}]}
 `))
 	entries, err := os.ReadDir(filepath.Join(chartDir, "templates"))
 	if err != nil {

@@ -38,10 +38,13 @@ type instruction struct {
 
 // stage is the instructions from one FROM to the next.
 type stage struct {
-	from  instruction
-	image string
-	name  string
-	body  []instruction
+	from instruction
+	// image is the FROM's image with the global ARGs' defaults put in;
+	// imageArg is the ARG it came from, if any.
+	image    string
+	imageArg string
+	name     string
+	body     []instruction
 }
 
 // parseDockerfile reads instructions the way the Dockerfile frontend does for
@@ -87,6 +90,7 @@ func parseDockerfile(t *testing.T, text string) []stage {
 	}
 	known := []string{"FROM", "ARG", "WORKDIR", "COPY", "RUN", "ENV", "USER", "EXPOSE", "ENTRYPOINT", "CMD", "LABEL"}
 	var stages []stage
+	globals := map[string]string{} // ARGs before the first FROM, with their defaults
 	for _, in := range ins {
 		if !slices.Contains(known, in.cmd) {
 			t.Fatalf("line %d: instruction %s is not one this test understands", in.line, in.cmd)
@@ -94,6 +98,9 @@ func parseDockerfile(t *testing.T, text string) []stage {
 		if in.cmd == "FROM" {
 			f := strings.Fields(in.args)
 			s := stage{from: in, image: f[0]}
+			if m := regexp.MustCompile(`^\$\{?(\w+)\}?$`).FindStringSubmatch(f[0]); m != nil {
+				s.imageArg, s.image = m[1], globals[m[1]]
+			}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
 				s.name = f[2]
 			}
@@ -104,6 +111,8 @@ func parseDockerfile(t *testing.T, text string) []stage {
 			if in.cmd != "ARG" {
 				t.Fatalf("line %d: %s before the first FROM", in.line, in.cmd)
 			}
+			name, def, _ := strings.Cut(in.args, "=")
+			globals[name] = def
 			continue
 		}
 		stages[len(stages)-1].body = append(stages[len(stages)-1].body, in)
@@ -218,6 +227,41 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal("go build has no -o")
 	}
 
+	// The version is a build argument stamped into the binary (what
+	// `gateway version` prints, service.version) and into the image's OCI
+	// labels; the base images are arguments a release build pins by digest.
+	if !slices.ContainsFunc(build.body, func(in instruction) bool { return in.cmd == "ARG" && strings.HasPrefix(in.args, "VERSION") }) {
+		t.Error("the builder stage declares no ARG VERSION")
+	}
+	for _, s := range []stage{build, final} {
+		if s.imageArg == "" {
+			t.Errorf("FROM %s (line %d) is not a build argument a release build can pin by digest", s.from.args, s.from.line)
+		}
+	}
+	labels := map[string]string{}
+	for _, in := range final.body {
+		if in.cmd == "LABEL" {
+			for _, m := range regexp.MustCompile(`([\w.-]+)="([^"]*)"`).FindAllStringSubmatch(in.args, -1) {
+				labels[m[1]] = m[2]
+			}
+		}
+	}
+	for k, want := range map[string]string{
+		"org.opencontainers.image.title":    "ackgate",
+		"org.opencontainers.image.source":   "https://github.com/ackgate/ackgate",
+		"org.opencontainers.image.version":  "${VERSION}",
+		"org.opencontainers.image.revision": "${REVISION}",
+	} {
+		if labels[k] != want {
+			t.Errorf("LABEL %s=%q, want %q", k, labels[k], want)
+		}
+	}
+	for _, arg := range []string{"VERSION", "REVISION"} {
+		if !slices.ContainsFunc(final.body, func(in instruction) bool { return in.cmd == "ARG" && strings.HasPrefix(in.args, arg) }) {
+			t.Errorf("the final stage declares no ARG %s for its labels", arg)
+		}
+	}
+
 	// The final stage: distroless static or scratch, the binary only, a
 	// numeric non-root user that is the one the chart runs as.
 	if !strings.HasPrefix(final.image, "gcr.io/distroless/static") && final.image != "scratch" {
@@ -279,7 +323,10 @@ func TestDockerfile(t *testing.T) {
 
 // staticBuildFlags are the Dockerfile's go build flags that
 // TestStaticBuildFlagsMakeAStaticBinary builds with.
-var staticBuildFlags = []string{"-trimpath", `-ldflags="-s -w"`}
+var staticBuildFlags = []string{"-trimpath", `-ldflags="-s -w ` + versionFlag + `${VERSION}"`}
+
+// versionFlag stamps the version `gateway version` prints.
+const versionFlag = "-X github.com/ackgate/ackgate/telemetry.version="
 
 // TestStaticBuildFlagsMakeAStaticBinary builds cmd/gateway the way the
 // Dockerfile does (TestDockerfile checks it still says so) and looks inside
@@ -288,7 +335,7 @@ var staticBuildFlags = []string{"-trimpath", `-ldflags="-s -w"`}
 func TestStaticBuildFlagsMakeAStaticBinary(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "gateway")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/gateway")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w "+versionFlag+"1.2.3-test", "-o", bin, "./cmd/gateway")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -320,6 +367,10 @@ func TestStaticBuildFlagsMakeAStaticBinary(t *testing.T) {
 	}
 	if bytes.Contains(raw, []byte(wd+"/")) {
 		t.Errorf("the binary contains the build directory %s: -trimpath did not apply", wd)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "1.2.3-test" {
+		t.Errorf("gateway version printed %q (%v), want the stamped 1.2.3-test", out, err)
 	}
 }
 

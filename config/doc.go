@@ -79,7 +79,14 @@
 //	                  sns: no attributes
 //	effect.method     POST
 //	effect.url        required; absolute http(s)
-//	effect.body_mode  raw | envelope | cloudevent; default raw
+//	effect.body_mode  raw | envelope | cloudevent | cloudevent_binary; default
+//	                  raw: the message data, its attributes as
+//	                  X-Ackgate-Attr-<name> headers (percent-encoded);
+//	                  envelope: the push request as received; cloudevent:
+//	                  a CloudEvents 1.0 structured event; cloudevent_binary:
+//	                  the same event in binary mode (data as the body, ce-*
+//	                  headers). A CloudEvent carries the attributes as
+//	                  extensions (see downstream.extensionNames for names)
 //	effect.headers    extra headers; the gateway's own (Idempotency-Key, Host,
 //	                  Content-Length, ...) cannot be set
 //	effect.timeout    5s; at most ack_deadline + renewal.max_extension

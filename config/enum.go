@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
 )
 
@@ -24,7 +25,7 @@ var (
 	shapes      = enum[gate.Shape]{values: []gate.Shape{gate.ShapeIdempotent, gate.ShapeLookup, gate.ShapeUnsafe, gate.ShapeRepeatable, gate.ShapeHandoff, gate.ShapeLocal}}
 	deadLetters = enum[gate.DeadLetterPolicy]{def: gate.DeadLetterBroker, values: []gate.DeadLetterPolicy{gate.DeadLetterGateway, gate.DeadLetterBroker}}
 	keyKinds    = enum[gate.KeyKind]{def: gate.KeyMessageID, values: []gate.KeyKind{gate.KeyMessageID, gate.KeyAttribute, gate.KeyJSONPointer}}
-	bodyModes   = enum[gate.BodyMode]{def: gate.BodyRaw, values: []gate.BodyMode{gate.BodyRaw, gate.BodyEnvelope, gate.BodyCloudEvent}}
+	bodyModes   = enum[gate.BodyMode]{def: gate.BodyRaw, values: []gate.BodyMode{gate.BodyRaw, gate.BodyEnvelope, gate.BodyCloudEvent, downstream.BodyCloudEventBinary}}
 	pubsubModes = enum[gate.PubSubMode]{def: gate.PubSubWrapped, values: []gate.PubSubMode{gate.PubSubWrapped, gate.PubSubUnwrapped}}
 	// effectMethods are compared after upper-casing: methods are
 	// case-insensitive in the file and upper case on the wire.

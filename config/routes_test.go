@@ -42,8 +42,8 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadRoutes: %v", err)
 	}
-	if len(routes) != 4 {
-		t.Fatalf("got %d routes, want 4", len(routes))
+	if len(routes) != 6 {
+		t.Fatalf("got %d routes, want 6", len(routes))
 	}
 	if l, h := routes[2], routes[3]; l.Name != "orders-local" || l.Shape != gate.ShapeLocal || l.Local == nil || len(l.Local.Params) != 3 ||
 		h.Name != "orders-handoff" || h.Shape != gate.ShapeHandoff || h.RelayShape() != gate.ShapeLookup {
@@ -61,13 +61,18 @@ func TestExampleRoutesFileLoads(t *testing.T) {
 		payments.Reconcile != (gate.ReconcilePolicy{Interval: 30 * time.Second, MaxInterval: 15 * time.Minute, RatePerSecond: 5}) {
 		t.Errorf("payments = %+v", payments)
 	}
+	// The two that show the lanes: every new effect's answer is lost.
+	if u, rf := routes[4], routes[5]; u.Name != "orders-unsafe" || u.Shape != gate.ShapeUnsafe || !strings.HasSuffix(u.Effect.URL, "?drop=1") ||
+		rf.Name != "refunds" || rf.Shape != gate.ShapeLookup || !strings.HasSuffix(rf.Effect.URL, "?drop=1") || rf.Effect.LookupURL == "" {
+		t.Errorf("orders-unsafe = %+v, refunds = %+v", u, rf)
+	}
 	for _, r := range routes {
 		if len(r.ContractVersion) != 16 {
 			t.Errorf("route %s: contract version %q", r.Name, r.ContractVersion)
 		}
 	}
 	warnings := config.AuthNoneWarnings(routes)
-	if len(warnings) != 4 || !strings.Contains(warnings[0], `route "orders": auth: none`) {
+	if len(warnings) != 6 || !strings.Contains(warnings[0], `route "orders": auth: none`) {
 		t.Errorf("AuthNoneWarnings = %q", warnings)
 	}
 }

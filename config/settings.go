@@ -18,6 +18,7 @@ import (
 	"github.com/ackgate/ackgate/gate"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // EnvPrefix is the prefix of every process setting's environment variable.
@@ -129,6 +130,7 @@ type Settings struct {
 	ConsoleTraceURL   string        `envconfig:"CONSOLE_TRACE_URL" desc:"trace viewer link for the console, with {trace_id} where the id goes (e.g. https://grafana.example/explore?traceId={trace_id})"`
 
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat  string     `envconfig:"LOG_FORMAT" default:"json" desc:"json or text: the format of every line the process logs, the libraries' included"`
 	InstanceID string     `envconfig:"INSTANCE_ID" desc:"name of this replica in leases and evidence (default: host name)"`
 }
 
@@ -293,6 +295,9 @@ func (s Settings) Validate() error {
 		}
 	}
 	errs = append(errs, s.checkConsole()...)
+	if s.LogFormat != "json" && s.LogFormat != "text" {
+		add("LOG_FORMAT", "must be json or text, got %q", s.LogFormat)
+	}
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
 	}
@@ -425,6 +430,17 @@ func (s Settings) RedisOptions() (*redis.UniversalOptions, error) {
 		ConnMaxIdleTime:       o.ConnMaxIdleTime,
 		ConnMaxLifetime:       o.ConnMaxLifetime,
 		TLSConfig:             o.TLSConfig,
+		// go-redis would otherwise open every connection with commands that
+		// many servers refuse, each refusal an error span in the trace of
+		// whatever delivery opened the connection: CLIENT MAINT_NOTIFICATIONS
+		// (its "auto" mode), which only Redis Enterprise and Redis Cloud
+		// answer, and CLIENT SETINFO, which servers before Redis 7.2 do not
+		// know. The gateway needs neither: a connection lost to a maintenance
+		// window fails its delivery with a nack that the broker redelivers,
+		// and a connection is named by the URL's client_name, not by the
+		// library's identity.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		DisableIdentity:          true,
 	}
 	if len(s.RedisAddrs) > 0 {
 		u.Addrs = append([]string(nil), s.RedisAddrs...)
@@ -484,6 +500,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("console_session_ttl", s.ConsoleSessionTTL),
 		slog.String("console_trace_url", s.ConsoleTraceURL),
 		slog.String("log_level", s.LogLevel.String()),
+		slog.String("log_format", s.LogFormat),
 		slog.String("instance_id", s.InstanceID),
 	)
 }
@@ -608,6 +625,8 @@ func (s *Settings) set(key, raw string) error {
 		s.ConsoleTraceURL = raw
 	case "LOG_LEVEL":
 		err = s.LogLevel.UnmarshalText([]byte(raw))
+	case "LOG_FORMAT":
+		s.LogFormat = raw
 	case "INSTANCE_ID":
 		s.InstanceID = raw
 	default:

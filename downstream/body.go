@@ -2,84 +2,45 @@ package downstream
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"time"
+	"net/http"
 
 	"github.com/ackgate/ackgate/gate"
 )
 
 const (
-	contentTypeOctet      = "application/octet-stream"
-	contentTypeJSON       = "application/json"
-	contentTypeCloudEvent = "application/cloudevents+json; charset=UTF-8"
+	contentTypeOctet = "application/octet-stream"
+	contentTypeJSON  = "application/json"
 )
 
-// cloudEvent is the CloudEvents 1.0 structured JSON form. Data is carried as
-// JSON when the message data is JSON, so that a receiver can read it without
-// decoding base64, and as data_base64 otherwise, because arbitrary bytes do
-// not survive as a JSON string.
-type cloudEvent struct {
-	SpecVersion     string          `json:"specversion"`
-	ID              string          `json:"id"`
-	Source          string          `json:"source"`
-	Type            string          `json:"type"`
-	Time            string          `json:"time,omitempty"`
-	DataContentType string          `json:"datacontenttype,omitempty"`
-	Data            json.RawMessage `json:"data,omitempty"`
-	DataBase64      []byte          `json:"data_base64,omitempty"`
+// body is an effect request's body and the headers that describe it.
+type body struct {
+	data []byte
+	// contentType is the body's media type; a route's configured
+	// Content-Type replaces it unless owned says otherwise.
+	contentType string
+	// owned: the encoding defines the media type (a CloudEvent's), and a
+	// configured one would make the body unreadable.
+	owned bool
+	// headers carry the message's attributes (raw mode) or the event's
+	// context (CloudEvents binary mode); configuration cannot replace them.
+	headers http.Header
 }
 
-// cloudEventType names the route in the event, so that a receiver can route on
-// it without knowing ackgate's configuration.
-func cloudEventType(route string) string { return "ackgate." + route }
-
-// encodeBody returns the effect body and its content type for the route's
-// body mode.
-func encodeBody(r *gate.Route, m *gate.Message) ([]byte, string, error) {
+// encodeBody returns the effect body for the route's body mode.
+func encodeBody(r *gate.Route, m *gate.Message) (body, error) {
 	switch r.Effect.BodyMode {
 	case gate.BodyRaw, "":
-		return m.Data, contentTypeOctet, nil
+		return body{data: m.Data, contentType: contentTypeOctet, headers: attributeHeaders(m.Attributes)}, nil
 	case gate.BodyEnvelope:
-		return m.Envelope, contentTypeJSON, nil
+		return body{data: m.Envelope, contentType: contentTypeJSON}, nil
 	case gate.BodyCloudEvent:
-		b, err := encodeCloudEvent(r, m)
-		return b, contentTypeCloudEvent, err
+		return encodeCloudEvent(r, m, false)
+	case BodyCloudEventBinary:
+		return encodeCloudEvent(r, m, true)
 	default:
-		return nil, "", fmt.Errorf("unknown body mode %q", r.Effect.BodyMode)
+		return body{}, fmt.Errorf("unknown body mode %q", r.Effect.BodyMode)
 	}
-}
-
-func encodeCloudEvent(r *gate.Route, m *gate.Message) ([]byte, error) {
-	ev := cloudEvent{
-		SpecVersion: "1.0",
-		ID:          m.MessageID,
-		Source:      m.Source,
-		Type:        cloudEventType(r.Name),
-	}
-	if ev.Source == "" {
-		// source is REQUIRED and non-empty; the broker is the next best
-		// description of where the event came from.
-		ev.Source = "ackgate:" + string(m.Broker)
-	}
-	if !m.PublishTime.IsZero() {
-		ev.Time = m.PublishTime.UTC().Format(time.RFC3339Nano)
-	}
-	switch {
-	case len(m.Data) == 0:
-		// No data: CloudEvents lets both data members be absent.
-	case json.Valid(m.Data):
-		ev.DataContentType = contentTypeJSON
-		ev.Data = m.Data // Marshal compacts it
-	default:
-		ev.DataContentType = contentTypeOctet
-		ev.DataBase64 = m.Data
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return nil, fmt.Errorf("cloudevent: %w", err)
-	}
-	return b, nil
 }
 
 // sendOnce is the effect request body. It is deliberately a type net/http does

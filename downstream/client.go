@@ -233,7 +233,7 @@ func (c *Client) CloseIdleConnections() { c.transport.CloseIdleConnections() }
 // a retry is a new attempt, and only the gate may decide on one.
 func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.EffectResult {
 	spec := &req.Route.Effect
-	body, contentType, err := encodeBody(req.Route, req.Message)
+	enc, err := encodeBody(req.Route, req.Message)
 	if err != nil {
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: bound("not sent: " + err.Error())}
 	}
@@ -243,13 +243,13 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 	var tr sendTrace
 	m := method(spec.Method)
 	callCtx, span := c.startCall(callCtx, m)
-	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), m, spec.URL, body)
+	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), m, spec.URL, enc.data)
 	if err != nil {
 		endCall(span, nil, err)
 		// The error text would quote the URL; say only what was wrong.
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: "not sent: effect method or url is invalid"}
 	}
-	setHeaders(hreq, spec, req, contentType)
+	setHeaders(hreq, spec, req, enc)
 	c.traceCall(span, hreq)
 
 	hc := c.http
@@ -300,7 +300,7 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 		endCall(span, nil, err)
 		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "lookup url is invalid"}
 	}
-	setHeaders(hreq, spec, req, "")
+	setHeaders(hreq, spec, req, body{})
 	c.traceCall(span, hreq)
 
 	resp, err := c.http.Do(hreq)
@@ -356,21 +356,26 @@ func newEffectRequest(ctx context.Context, method, target string, body []byte) (
 	return r, nil
 }
 
-func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, contentType string) {
+func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, b body) {
 	r.Header.Set("User-Agent", userAgent)
-	if contentType != "" {
-		r.Header.Set("Content-Type", contentType)
+	if b.contentType != "" {
+		r.Header.Set("Content-Type", b.contentType)
 	}
 	for k, v := range spec.Headers {
 		switch {
 		case strings.EqualFold(k, "Host"):
 			r.Host = v // net/http ignores a Host entry in Header
-		case strings.EqualFold(k, "Content-Type") && contentType == contentTypeCloudEvent:
-			// Structured mode defines the media type; a configured one
-			// would make the event unreadable.
+		case b.owned && (strings.EqualFold(k, "Content-Type") || len(k) > 3 && strings.EqualFold(k[:3], "ce-")):
+			// A CloudEvent's encoding defines the media type and the
+			// ce-* headers; configured ones would misdescribe the event.
 		default:
 			r.Header.Set(k, v)
 		}
+	}
+	// The body's own headers (attributes, the event's context) after the
+	// configured ones, which cannot replace them.
+	for k, vs := range b.headers {
+		r.Header[k] = vs
 	}
 	// Set last so configuration cannot override what ties the request to
 	// its attempt.

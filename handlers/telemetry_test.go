@@ -241,8 +241,9 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 		{"ackgate_deliveries_total", map[string]string{"route": "orders", "decision": "nack"}, 1},
 		{"ackgate_responses_total", map[string]string{"route": "orders", "status": "204"}, 1},
 		{"ackgate_responses_total", map[string]string{"route": "mail", "status": "503"}, 1},
-		{"ackgate_transitions_total", map[string]string{"route": "orders", "to": "effect_confirmed"}, 1},
-		{"ackgate_transitions_total", map[string]string{"route": "mail", "to": "effect_indeterminate"}, 1},
+		// Every edge is exported from the start (at 0), so the edge is named.
+		{"ackgate_transitions_total", map[string]string{"route": "orders", "from": "pending_effect", "to": "effect_confirmed"}, 1},
+		{"ackgate_transitions_total", map[string]string{"route": "mail", "from": "pending_effect", "to": "effect_indeterminate"}, 1},
 		{"ackgate_downstream_duration_seconds_count", map[string]string{"route": "orders", "outcome": "retryable"}, 1},
 		{"ackgate_gate_duration_seconds_count", map[string]string{"route": "orders", "decision": "ack"}, 1},
 		{"ackgate_lane_operations", map[string]string{"route": "orders", "state": "pending_effect"}, 1},

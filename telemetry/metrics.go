@@ -108,7 +108,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	})
 	mk(func() (e error) {
 		m.adminAuth, e = m.meter.Int64Counter("ackgate.admin.auth_failures",
-			metric.WithDescription("Admin listener requests refused for their credential, by endpoint (api, metrics) and reason (missing, not_bearer, wrong_token)."))
+			metric.WithDescription("Admin listener requests refused for their credential, by endpoint (api, metrics, console) and reason (missing, not_bearer, wrong_token)."))
 		return
 	})
 	mk(func() (e error) {
@@ -124,6 +124,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
+	m.zeroAdminAuth()
 	return m, nil
 }
 

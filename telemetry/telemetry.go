@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
@@ -83,13 +84,27 @@ func Setup(ctx context.Context, getenv func(string) string) (*Telemetry, error) 
 
 // WithPrometheus wires tp with a meter provider whose instruments are served
 // in the Prometheus format by MetricsHandler, from a registry of its own.
+// The same registry carries the Go runtime's and the process's series
+// (go_goroutines, go_memstats_*, go_gc_duration_seconds, process_open_fds,
+// process_resident_memory_bytes, ...) from client_golang's own collectors,
+// the names every Prometheus dashboard for a Go service already expects.
 func WithPrometheus(tp trace.TracerProvider, res *resource.Resource) (*Telemetry, error) {
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("telemetry: go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("telemetry: process collector: %w", err)
+	}
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
+	for _, v := range durationViews() {
+		opts = append(opts, sdkmetric.WithView(v))
+	}
+	mp := sdkmetric.NewMeterProvider(opts...)
 	t, err := New(tp, mp)
 	if err != nil {
 		return nil, err
@@ -129,8 +144,19 @@ func tracesConfigured(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Version is the module version the binary was built from, or "dev".
+// version is stamped at build time: the Dockerfile's VERSION build argument
+// reaches it through -ldflags "-X github.com/ackgate/ackgate/telemetry.version=...".
+// A build from a module download (go install ...@v1.2.3) has no stamp but
+// knows its module version.
+var version string
+
+// Version is the version the binary was stamped with at build time, else
+// the module version it was built from, else "dev". It is the resource's
+// service.version and what `gateway version` prints.
 func Version() string {
+	if version != "" {
+		return version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}

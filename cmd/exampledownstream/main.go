@@ -9,13 +9,22 @@
 //	GET  /effects/{key}  200 with the effect, or 404
 //	GET  /effects        counts
 //	GET  /readyz         200 once serving
+//	GET, PUT, DELETE /faults
+//	                     the faults applied to every effect call: show them,
+//	                     replace them (PUT /faults?fail=422, ?drop=1,
+//	                     ?fail_rate=0.3&fail_status=503, ?drop_rate=0.1), or go
+//	                     back to those of the flags
 //
-// Faults, per request in the query string (so a route's URL can carry them)
-// or for every request through flags and environment:
+// Faults, per request in the query string (so a route's URL can carry them),
+// for every request through flags and environment, or at run time through
+// /faults:
 //
 //	?fail=503   answer 503 without applying (-fail-rate, -fail-status)
 //	?drop=1     apply, then close the connection without answering (-drop-rate)
 //	?delay=3s   apply, then wait before answering
+//
+// A query knob decides for its request; otherwise the faults in force do.
+// Lookups (GET /effects/{key}) honour only their own ?fail=.
 //
 // A drop or delay only hits a request that applies the effect; a repeat is
 // answered at once, which is how a provider with dedupe behaves and what makes
@@ -36,6 +45,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/ackgate/ackgate/internal/logsetup"
 )
 
 func main() {
@@ -46,8 +57,9 @@ func main() {
 }
 
 type config struct {
-	addr   string
-	faults faults
+	addr      string
+	logFormat string
+	faults    faults
 }
 
 // faults are the failure rates applied to every effect call; query knobs
@@ -59,7 +71,8 @@ type faults struct {
 }
 
 // run serves until ctx is done or a signal arrives, then shuts down. Logs go to
-// stdout, one line per request; usage and flag errors to stderr.
+// stdout, one record per request in the -log-format; usage and flag errors to
+// stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -71,7 +84,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stdout, nil))
+	logger, err := logsetup.New(stdout, cfg.logFormat, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	logsetup.Adopt(logger)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -115,6 +132,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		failRate, failStatus, dropRt string
 	)
 	fs.StringVar(&cfg.addr, "addr", env("ADDR", ":9090"), "listen address (EXAMPLEDOWNSTREAM_ADDR)")
+	// The gateway's setting is the default, so that one variable gives
+	// `make run`'s two processes the same format.
+	defFormat := getenv("GATEWAY_LOG_FORMAT")
+	if defFormat == "" {
+		defFormat = logsetup.FormatJSON
+	}
+	fs.StringVar(&cfg.logFormat, "log-format", env("LOG_FORMAT", defFormat), "json or text (EXAMPLEDOWNSTREAM_LOG_FORMAT, else GATEWAY_LOG_FORMAT)")
 	fs.StringVar(&failRate, "fail-rate", env("FAIL_RATE", "0"), "fraction of effect calls answered with -fail-status, not applied (EXAMPLEDOWNSTREAM_FAIL_RATE)")
 	fs.StringVar(&failStatus, "fail-status", env("FAIL_STATUS", "503"), "status for injected failures (EXAMPLEDOWNSTREAM_FAIL_STATUS)")
 	fs.StringVar(&dropRt, "drop-rate", env("DROP_RATE", "0"), "fraction of effect calls applied and then left unanswered (EXAMPLEDOWNSTREAM_DROP_RATE)")

@@ -222,9 +222,14 @@ func (s *logSink) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	s.buf.Write(p)
 	if s.addr != nil {
-		for _, f := range strings.Fields(s.buf.String()) {
+		for _, f := range strings.FieldsFunc(s.buf.String(), func(r rune) bool { return r == ' ' || r == ',' || r == '\n' }) {
 			if a, ok := strings.CutPrefix(f, "addr="); ok {
 				s.addr <- a
+				s.addr = nil
+				break
+			}
+			if a, ok := strings.CutPrefix(f, `"addr":"`); ok {
+				s.addr <- strings.TrimSuffix(a, `"`)
 				s.addr = nil
 				break
 			}
@@ -239,15 +244,63 @@ func (s *logSink) String() string {
 	return s.buf.String()
 }
 
+// The downstream logs one record per request in the format chosen, JSON
+// unless told otherwise, and GATEWAY_LOG_FORMAT chooses it for both of
+// make run's processes.
 func TestRun(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		text bool
+	}{
+		{"default json", nil, nil, false},
+		{"flag text", []string{"-log-format", "text"}, nil, true},
+		{"gateway's setting", nil, map[string]string{"GATEWAY_LOG_FORMAT": "text"}, true},
+		{"own setting first", nil, map[string]string{"GATEWAY_LOG_FORMAT": "text", "EXAMPLEDOWNSTREAM_LOG_FORMAT": "json"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			out := runOnce(t, c.args, c.env)
+			if c.text {
+				for _, want := range []string{"path=/readyz status=200", "path=/effects status=201", "key=k-run", "outcome=applied", "msg=stopped"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("logs lack %q:\n%s", want, out)
+					}
+				}
+				return
+			}
+			var msgs []string
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("not a JSON record: %q", line)
+				}
+				if rec["msg"] == "request" && rec["path"] == "/effects" && (rec["status"] != float64(201) || rec["key"] != "k-run" || rec["outcome"] != "applied") {
+					t.Errorf("effect request record: %v", rec)
+				}
+				msgs = append(msgs, rec["msg"].(string))
+			}
+			if strings.Join(msgs, ",") != "listening,request,request,stopped" {
+				t.Errorf("records %v:\n%s", msgs, out)
+			}
+		})
+	}
+}
+
+// runOnce runs the downstream with args and env, makes a readiness check
+// and one effect call, stops it, and returns what it logged.
+func runOnce(t *testing.T, args []string, env map[string]string) string {
+	t.Helper()
 	addr := make(chan string, 1)
 	logs := &logSink{addr: addr}
 	var stderr bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"exampledownstream", "-addr", "127.0.0.1:0"}, func(string) string { return "" }, logs, &stderr)
+		done <- run(ctx, append([]string{"exampledownstream", "-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, logs, &stderr)
 	}()
 
 	var base string
@@ -255,7 +308,6 @@ func TestRun(t *testing.T) {
 	case a := <-addr:
 		base = "http://" + a
 	case err := <-done:
-		cancel()
 		t.Fatalf("run returned before listening: %v (%s)", err, stderr.String())
 	}
 	resp, err := http.Get(base + "/readyz")
@@ -270,17 +322,11 @@ func TestRun(t *testing.T) {
 	if status, _, _ := post(t, base+"/effects", "k-run", `{}`); status != http.StatusCreated {
 		t.Fatalf("effect: %d", status)
 	}
-
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	out := logs.String()
-	for _, want := range []string{"path=/readyz status=200", "path=/effects status=201", "key=k-run", "outcome=applied", "msg=stopped"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("logs lack %q:\n%s", want, out)
-		}
-	}
+	return logs.String()
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
@@ -293,7 +339,7 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{addr: "127.0.0.1:7000", faults: faults{failRate: 0.25, failStatus: 503, dropRate: 0.5}}
+	want := config{addr: "127.0.0.1:7000", logFormat: "json", faults: faults{failRate: 0.25, failStatus: 503, dropRate: 0.5}}
 	if cfg != want {
 		t.Fatalf("config %+v; want %+v", cfg, want)
 	}
@@ -301,5 +347,65 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("%v: accepted", args[1:])
 		}
+	}
+}
+
+func send(t *testing.T, method, url string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, v := do(t, req)
+	return status, v
+}
+
+// The faults switched at run time apply to every effect call until they
+// are switched back to those of the flags; lookups go on answering.
+func TestFaultSwitch(t *testing.T) {
+	t.Parallel()
+	srv := newTestServer(t, faults{failStatus: 503})
+	if status, v := send(t, http.MethodPut, srv.URL+"/faults?fail=422"); status != http.StatusOK || v["fail_rate"] != 1.0 || v["fail_status"] != 422.0 {
+		t.Fatalf("PUT /faults?fail=422: %d %v", status, v)
+	}
+	if status, _, _ := post(t, srv.URL+"/effects", "k-1", `{}`); status != http.StatusUnprocessableEntity {
+		t.Fatalf("effect while failing: %d", status)
+	}
+	if status, _, _ := get(t, srv.URL+"/effects/k-1"); status != http.StatusNotFound {
+		t.Fatalf("lookup of an effect never applied: %d", status)
+	}
+	if status, v := send(t, http.MethodDelete, srv.URL+"/faults"); status != http.StatusOK || v["fail_rate"] != 0.0 {
+		t.Fatalf("DELETE /faults: %d %v", status, v)
+	}
+	if status, _, _ := post(t, srv.URL+"/effects", "k-1", `{}`); status != http.StatusCreated {
+		t.Fatalf("effect after the faults were cleared: %d", status)
+	}
+
+	// drop=1: applied, and the answer never comes.
+	if status, v := send(t, http.MethodPut, srv.URL+"/faults?drop=1"); status != http.StatusOK || v["drop_rate"] != 1.0 || v["fail_rate"] != 0.0 {
+		t.Fatalf("PUT /faults?drop=1: %d %v", status, v)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/effects", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k-2")
+	// A fresh connection: net/http resends an Idempotency-Key request
+	// whose reused connection breaks, and the resend would be a repeat.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := fresh.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a dropped answer came: %d", resp.StatusCode)
+	}
+	if status, _, v := get(t, srv.URL+"/effects/k-2"); status != http.StatusOK || v["key"] != "k-2" {
+		t.Fatalf("the dropped call's effect: %d %v", status, v)
+	}
+	if c := countsOf(t, srv.URL); c["effects"] != 2.0 || c["dropped_answers"] != 1.0 || c["injected_failures"] != 1.0 {
+		t.Fatalf("counts %v", c)
+	}
+	for _, bad := range []string{"fail=200", "drop=maybe", "fail_rate=2", "drop_rate=x", "fail_status=600"} {
+		if status, _ := send(t, http.MethodPut, srv.URL+"/faults?"+bad); status != http.StatusBadRequest {
+			t.Errorf("PUT /faults?%s: %d, want 400", bad, status)
+		}
+	}
+	if _, v := send(t, http.MethodGet, srv.URL+"/faults"); v["drop_rate"] != 1.0 {
+		t.Errorf("a refused PUT changed the faults: %v", v)
 	}
 }

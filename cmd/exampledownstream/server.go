@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -109,18 +110,110 @@ func (s *store) snapshot() counts {
 	return s.counts
 }
 
+// faultSwitch holds the faults applied to every effect call: those of the
+// flags at start, replaced at run time by PUT /faults and restored by
+// DELETE /faults, so a walk-through can make the downstream fail and then
+// "fix" it without a restart.
+type faultSwitch struct {
+	mu   sync.Mutex
+	base faults
+	cur  faults
+}
+
+func (s *faultSwitch) get() faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *faultSwitch) set(f faults) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur = f
+}
+
+// faultsJSON is how GET and PUT /faults show the faults in force.
+type faultsJSON struct {
+	FailRate   float64 `json:"fail_rate"`
+	FailStatus int     `json:"fail_status"`
+	DropRate   float64 `json:"drop_rate"`
+}
+
 // newServer is the whole API surface.
 func newServer(st *store, f faults, logger *slog.Logger) http.Handler {
+	sw := &faultSwitch{base: f, cur: f}
 	mux := http.NewServeMux()
-	mux.Handle("POST /effects", handleApply(st, f))
+	mux.Handle("POST /effects", handleApply(st, sw.get))
+	mux.Handle("GET /faults", handleFaults(sw, nil))
+	mux.Handle("PUT /faults", handleFaults(sw, parseFaults))
+	mux.Handle("DELETE /faults", handleFaults(sw, func(*http.Request) (faults, error) { return sw.base, nil }))
 	mux.Handle("GET /effects/{key}", handleGet(st))
 	mux.Handle("GET /effects", handleCounts(st))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	return logRequests(logger, mux)
 }
 
-func handleApply(st *store, f faults) http.Handler {
+// handleFaults answers with the faults in force, after replacing them with
+// what next makes of the request when next is set.
+func handleFaults(sw *faultSwitch, next func(*http.Request) (faults, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if next != nil {
+			f, err := next(r)
+			if err != nil {
+				writeError(w, r, http.StatusBadRequest, err.Error())
+				return
+			}
+			sw.set(f)
+		}
+		f := sw.get()
+		writeJSON(w, http.StatusOK, faultsJSON{FailRate: f.failRate, FailStatus: f.failStatus, DropRate: f.dropRate})
+	})
+}
+
+// parseFaults reads PUT /faults's query: fail=STATUS (every effect call
+// answered STATUS, nothing applied), drop=1 (every new effect applied and
+// its answer lost), or the rates fail_rate (with fail_status, 503 unless
+// given) and drop_rate. What the query does not name is off.
+func parseFaults(r *http.Request) (faults, error) {
+	q := r.URL.Query()
+	f := faults{failStatus: http.StatusServiceUnavailable}
+	var err error
+	if v := q.Get("fail_status"); v != "" {
+		if f.failStatus, err = parseStatus(v); err != nil {
+			return faults{}, fmt.Errorf("fail_status: %w", err)
+		}
+	}
+	if v := q.Get("fail_rate"); v != "" {
+		if f.failRate, err = parseRate("fail_rate", v); err != nil {
+			return faults{}, err
+		}
+	}
+	if v := q.Get("drop_rate"); v != "" {
+		if f.dropRate, err = parseRate("drop_rate", v); err != nil {
+			return faults{}, err
+		}
+	}
+	if v := q.Get("fail"); v != "" {
+		if f.failStatus, err = parseStatus(v); err != nil {
+			return faults{}, fmt.Errorf("fail: %w", err)
+		}
+		f.failRate = 1
+	}
+	if v := q.Get("drop"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return faults{}, fmt.Errorf("drop: %q is not a boolean", v)
+		}
+		if on {
+			f.dropRate = 1
+		}
+	}
+	return f, nil
+}
+
+func handleApply(st *store, current func() faults) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := current()
 		key := r.Header.Get(downstream.HeaderIdempotencyKey)
 		if key == "" {
 			writeError(w, r, http.StatusBadRequest, "an Idempotency-Key header is required")
@@ -263,7 +356,7 @@ func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
 		line := &logLine{attrs: map[string]string{}}
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), logLineKey{}, line)))
-		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", rec.status, "dur", time.Since(start).Round(time.Microsecond)}
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", rec.status, "dur", time.Since(start).Round(time.Microsecond).String()}
 		line.mu.Lock()
 		for _, k := range []string{"key", "outcome", "delay"} {
 			if v, ok := line.attrs[k]; ok {

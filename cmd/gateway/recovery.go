@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -140,22 +139,20 @@ func opsReplay(ctx context.Context, c *adminClient, args []string, getenv func(s
 // printResolved says what a resolution did and what happens next.
 func printResolved(stdout io.Writer, h http.Header, rec *adminapi.EvidenceRecord, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rec)
+		return writeJSON(stdout, rec)
 	}
 	op := rec.Operation
 	if h.Get("X-Ackgate-Resolution") == "already_applied" {
-		fmt.Fprintf(stdout, "%s: already recorded, nothing changed\n", op.ID)
+		cleanf(stdout, "%s: already recorded, nothing changed\n", op.ID)
 	} else {
-		fmt.Fprintf(stdout, "%s: recorded\n", op.ID)
+		cleanf(stdout, "%s: recorded\n", op.ID)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "state\t%s\n", op.State)
+	cleanf(tw, "state\t%s\n", op.State)
 	if mi := rec.Evidence.ManualIntervention; mi != nil {
-		fmt.Fprintf(tw, "intervention\t%s\n", *mi)
+		cleanf(tw, "intervention\t%s\n", *mi)
 	}
-	fmt.Fprintf(tw, "idempotency key\t%s\n", op.IdempotencyKey)
+	cleanf(tw, "idempotency key\t%s\n", op.IdempotencyKey)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -166,7 +163,7 @@ func printResolved(stdout io.Writer, h http.Header, rec *adminapi.EvidenceRecord
 	case op.State.Confirmed():
 		fmt.Fprintln(stdout, "\nThe next delivery of the message is acked without calling the downstream.")
 	}
-	fmt.Fprintln(stdout, "\n"+rec.Statement)
+	fmt.Fprintln(stdout, "\n"+clean(rec.Statement))
 	return nil
 }
 
@@ -176,11 +173,11 @@ func opsDeadLetters(ctx context.Context, c *adminClient, args []string, stdout i
 	fs.Func("route", "only this route's terminal records", func(v string) error { q.Set("route", v); return nil })
 	fs.Func("limit", "page size, 1 to 500 (default 50)", func(v string) error { q.Set("limit", v); return nil })
 	fs.Func("cursor", "the page after this cursor", func(v string) error { q.Set("cursor", v); return nil })
-	if err := fs.Parse(args); err != nil {
-		return &exitError{code: exitUsage, err: err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() != 0 {
-		return usageError("ops dead-letters: takes no arguments, only -route, -limit and -cursor")
+	if err := c.knownRoute(ctx, q.Get("route")); err != nil {
+		return err
 	}
 	var list adminapi.DeadLetterList
 	if err := c.get(ctx, "/v1/dead-letters", q, &list); err != nil {
@@ -189,14 +186,14 @@ func opsDeadLetters(ctx context.Context, c *adminClient, args []string, stdout i
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tSTATE\tBY\tAGE\tREPLAYABLE\tMESSAGE\tREASON")
 	for _, d := range list.DeadLetters {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.OperationID, d.Route, d.State, d.DeadLetteredBy,
+		cleanf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.OperationID, d.Route, d.State, d.DeadLetteredBy,
 			(time.Duration(d.AgeSeconds) * time.Second).String(), strconv.FormatBool(d.Replayable), d.MessageID, gate.Bound(d.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if list.NextCursor != "" {
-		fmt.Fprintf(stdout, "more: -cursor %s\n", list.NextCursor)
+		cleanf(stdout, "more: -cursor %s\n", list.NextCursor)
 	}
 	return nil
 }

@@ -86,7 +86,10 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err := s.ValidateServe(); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.LogLevel})))
+	log, err := processLogger(stderr, s)
+	if err != nil {
+		return err
+	}
 	if limit := s.SoftMemoryLimit(); limit > 0 {
 		// Replaces GOMEMLIMIT, which the runtime read at start: the setting
 		// is the operator's explicit word for this process.
@@ -134,7 +137,6 @@ func serve(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	}()
 	log.Info("gateway serving", "ingest", ingestLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"routes", len(routes), "instance", s.InstanceID)
-	fmt.Fprintf(stdout, "ingest %s admin %s\n", ingestLn.Addr(), adminLn.Addr())
 	return serveListeners(ctx, s, log, newServer(s, gw.Ingest, log), ingestLn, newServer(s, gw.Admin, log), adminLn, gw.Drain)
 }
 

@@ -183,6 +183,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		redisotel.WithCallerEnabled(false), redisotel.WithDBStatement(false)); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
+	tel.Metrics.Routes(o.Routes)
 	g.Ledger = storage.NewLedger(g.Pool)
 	g.Subscriptions = storage.NewSubscriptions(g.Pool)
 	g.Poison = storage.NewPoisonLog(g.Pool, 0)
@@ -355,9 +356,12 @@ func (g *Gateway) relay(s config.Settings, routes []*gate.Route, tel *telemetry.
 		err      error
 	)
 	if slices.ContainsFunc(routes, func(r *gate.Route) bool { return r.Shape == gate.ShapeHandoff }) {
-		if recorder, err = tel.Metrics.NewRelayMetrics(); err != nil {
+		var rm *telemetry.RelayMetrics
+		if rm, err = tel.Metrics.NewRelayMetrics(); err != nil {
 			return err
 		}
+		rm.Routes(routes)
+		recorder = rm
 	}
 	if g.Relay, err = recovery.NewRelay(recovery.RelayOptions{
 		Outbox: g.Ledger, Relayer: g.Gate, Routes: routes, Poll: s.RelayPoll,

@@ -156,6 +156,13 @@ nothing; fails the release with a message naming the value.
 {{- end }}
 {{- $_ := include "ackgate.sentinelPasswordRef" . }}
 {{- $_ := include "ackgate.metricsTokenRef" . }}
+{{- $_ := include "ackgate.validateRoutes" . }}
+{{- if and $v.ingress.enabled (not $v.ingress.hosts) }}
+{{- fail "ingress: list the host names brokers push to in ingress.hosts" }}
+{{- end }}
+{{- if and $v.httpRoute.enabled (not $v.httpRoute.parentRefs) }}
+{{- fail "httpRoute: name the Gateway to attach to in httpRoute.parentRefs" }}
+{{- end }}
 {{- $_ := include "ackgate.keyHashSecretRef" . }}
 {{- if and $v.metricsToken.value (eq $v.metricsToken.value $v.adminToken.value) }}
 {{- fail "metricsToken: must differ from adminToken: it is meant for a scraper that may not read evidence" }}
@@ -172,7 +179,7 @@ nothing; fails the release with a message naming the value.
 {{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- fail "autoscaling: minReplicas is larger than maxReplicas" }}
 {{- end }}
-{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" "GATEWAY_CONSOLE_ENABLED" "GATEWAY_CONSOLE_SESSION_TTL" "GATEWAY_CONSOLE_ALLOW_HTTP" "GATEWAY_CONSOLE_TRACE_URL" "GATEWAY_MAX_IN_FLIGHT" "GATEWAY_ADMISSION_WAIT" "GATEWAY_MEMORY_LIMIT" "GATEWAY_MEMORY_LIMIT_RATIO" "GATEWAY_FENCE_TTL" "GATEWAY_LANES_REFRESH" "GATEWAY_RECONCILE_POLL" "GATEWAY_PURGE_INTERVAL" "GATEWAY_PURGE_BATCH" "GATEWAY_RELAY_POLL" "GATEWAY_RELAY_CONCURRENCY" }}
+{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_LOG_FORMAT" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" "GATEWAY_CONSOLE_ENABLED" "GATEWAY_CONSOLE_SESSION_TTL" "GATEWAY_CONSOLE_ALLOW_HTTP" "GATEWAY_CONSOLE_TRACE_URL" "GATEWAY_MAX_IN_FLIGHT" "GATEWAY_ADMISSION_WAIT" "GATEWAY_MEMORY_LIMIT" "GATEWAY_MEMORY_LIMIT_RATIO" "GATEWAY_FENCE_TTL" "GATEWAY_LANES_REFRESH" "GATEWAY_RECONCILE_POLL" "GATEWAY_PURGE_INTERVAL" "GATEWAY_PURGE_BATCH" "GATEWAY_RELAY_POLL" "GATEWAY_RELAY_CONCURRENCY" }}
 {{- if $v.gateway.godebug }}
 {{- $managed = append $managed "GODEBUG" }}
 {{- end }}
@@ -220,3 +227,117 @@ seccompProfile:
 {{/* Where the routes ConfigMap is mounted, and the file GATEWAY_ROUTES_FILE names. */}}
 {{- define "ackgate.routesDir" -}}/etc/ackgate{{- end }}
 {{- define "ackgate.routesPath" -}}{{ include "ackgate.routesDir" . }}/routes.yaml{{- end }}
+
+{{/*
+The routes file's vocabulary: the keys each section of a route may hold and
+the values of its enumerated fields. charts/routes_test.go holds it to the
+gateway's own (config.RouteFileVocabulary), so that it cannot drift.
+*/}}
+{{- define "ackgate.routeVocabulary" -}}
+{{- toJson (dict
+  "fields" (dict
+    "" (list "ack_deadline" "auth" "basic_auth" "broker" "broker_retention" "dead_letter" "dedupe_window" "effect" "fingerprint" "handoff" "local" "max_attempts" "name" "oidc" "operation_key" "private" "pubsub_mode" "raw_delivery" "reconcile" "renewal" "retention" "shape" "sources" "tenant" "verification_token_env")
+    "basic_auth" (list "password_env" "username_env")
+    "effect" (list "body_mode" "evidence" "headers" "lookup_url" "method" "result_id_header" "result_id_pointer" "retryable_statuses" "terminal_statuses" "timeout" "url")
+    "fingerprint" (list "attributes" "data" "pointers" "version")
+    "handoff" (list "retry_max" "retry_min")
+    "local" (list "params" "role" "sql" "timeout")
+    "oidc" (list "audience" "jwks_url" "service_account")
+    "operation_key" (list "kind" "name")
+    "reconcile" (list "interval" "max_interval" "rate_per_second")
+    "renewal" (list "interval" "max_extension"))
+  "enums" (dict
+    "auth" (list "basic" "none" "oidc" "sns_signature")
+    "broker" (list "pubsub" "sns")
+    "dead_letter" (list "broker" "gateway")
+    "effect.body_mode" (list "cloudevent" "cloudevent_binary" "envelope" "raw")
+    "effect.evidence" (list "result_id" "status_only")
+    "operation_key.kind" (list "attribute" "json_pointer" "message_id")
+    "pubsub_mode" (list "unwrapped" "wrapped")
+    "shape" (list "handoff" "idempotent" "local" "lookup" "repeatable" "unsafe"))) }}
+{{- end }}
+
+{{/*
+Validates the routes (routes, or routesFile parsed) when the chart is
+rendered, so that `helm template`, `helm install` and `helm upgrade` refuse a
+routes file the gateway would refuse at start: every route a mapping with a
+unique, well-formed name; no key the gateway does not know, at any level;
+broker, auth and shape present and among their values, and every other
+enumerated field too; an effect with a url on every shape but local, a local
+statement on local. What needs the gateway's own rules (durations against
+each other, secrets, the shapes' finer constraints) stays with
+`gateway check-config`, which a CI job can run on the same file.
+*/}}
+{{- define "ackgate.validateRoutes" -}}
+{{- $voc := include "ackgate.routeVocabulary" . | fromJson }}
+{{- $routes := .Values.routes }}
+{{- if .Values.routesFile }}
+{{- $file := fromYaml .Values.routesFile }}
+{{- if hasKey $file "Error" }}
+{{- fail (printf "routesFile: not a YAML document: %s" (index $file "Error")) }}
+{{- end }}
+{{- range $k, $_ := $file }}
+{{- if ne $k "routes" }}
+{{- fail (printf "routesFile: unknown top-level key %q; a routes file holds only routes:" $k) }}
+{{- end }}
+{{- end }}
+{{- $routes = index $file "routes" | default list }}
+{{- if not (kindIs "slice" $routes) }}
+{{- fail "routesFile: routes must be a list of routes" }}
+{{- end }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $i, $r := $routes }}
+{{- if not (kindIs "map" $r) }}
+{{- fail (printf "routes[%d]: a route is a mapping of fields, got %v" $i $r) }}
+{{- end }}
+{{- $name := toString (index $r "name" | default "") }}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9_-]{0,62}$" $name) }}
+{{- fail (printf "routes[%d]: name %q: required, lower-case letters, digits, - and _, at most 63 characters" $i $name) }}
+{{- end }}
+{{- $where := printf "route %q" $name }}
+{{- if hasKey $seen $name }}
+{{- fail (printf "%s: the name is used by another route" $where) }}
+{{- end }}
+{{- $_ := set $seen $name true }}
+{{- range $k, $v := $r }}
+{{- if not (has $k (index $voc.fields "")) }}
+{{- fail (printf "%s: unknown field %q (the fields are %s)" $where $k (join ", " (index $voc.fields ""))) }}
+{{- end }}
+{{- if and (hasKey $voc.fields $k) (ne $k "") }}
+{{- if not (kindIs "map" $v) }}
+{{- fail (printf "%s: %s must be a mapping of fields" $where $k) }}
+{{- end }}
+{{- range $sk, $_ := $v }}
+{{- if not (has $sk (index $voc.fields $k)) }}
+{{- fail (printf "%s: unknown field %s.%s (the fields are %s)" $where $k $sk (join ", " (index $voc.fields $k))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $field := list "broker" "auth" "shape" }}
+{{- if not (hasKey $r $field) }}
+{{- fail (printf "%s: %s is required (%s)" $where $field (join ", " (index $voc.enums $field))) }}
+{{- end }}
+{{- end }}
+{{- range $field, $allowed := $voc.enums }}
+{{- $path := splitList "." $field }}
+{{- $v := "" }}
+{{- if eq (len $path) 1 }}
+{{- $v = index $r $field | default "" }}
+{{- else if kindIs "map" (index $r (first $path)) }}
+{{- $v = index (index $r (first $path)) (last $path) | default "" }}
+{{- end }}
+{{- if and $v (not (has (toString $v) $allowed)) }}
+{{- fail (printf "%s: %s %q is not one of %s" $where $field (toString $v) (join ", " $allowed)) }}
+{{- end }}
+{{- end }}
+{{- if eq (toString $r.shape) "local" }}
+{{- if not (and (kindIs "map" (index $r "local")) (index (index $r "local") "sql")) }}
+{{- fail (printf "%s: shape local needs local.sql, the statement that is its effect" $where) }}
+{{- end }}
+{{- else if not (and (kindIs "map" (index $r "effect")) (index (index $r "effect") "url")) }}
+{{- fail (printf "%s: shape %s needs effect.url, the downstream call that is its effect" $where (toString $r.shape)) }}
+{{- end }}
+{{- end }}
+{{- end }}
