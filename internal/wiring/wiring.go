@@ -207,7 +207,8 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
 		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
-		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait, After: g.After,
+		MaxInFlight: s.MaxInFlight, MaxBodyBytesInFlight: s.MaxBodyBytesInFlight, AdmissionWait: s.AdmissionWait,
+		After: g.After,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
