@@ -367,7 +367,7 @@ func TestRecoverySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.FenceTTL != 24*time.Hour || s.LanesRefresh != 15*time.Second || s.ReconcilePoll != 5*time.Second ||
-		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 || s.RelayPoll != 500*time.Millisecond || s.RelayConcurrency != 4 {
+		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 || s.RelayPoll != 500*time.Millisecond || s.RelayConcurrency != 64 {
 		t.Fatalf("defaults: %+v", s)
 	}
 	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_RELAY_POLL": "50ms", "GATEWAY_RELAY_CONCURRENCY": "16"}))

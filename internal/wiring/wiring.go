@@ -338,9 +338,14 @@ func (g *Gateway) relay(s config.Settings, routes []*gate.Route, tel *telemetry.
 			return err
 		}
 	}
+	// The relay's passes go through a gate of their own whose effect calls
+	// feed each route's adaptive limit; everything else is the push path's.
+	limits := recovery.NewRelayLimits(routes, int(s.RelayConcurrency))
+	relayGate := *g.Gate
+	relayGate.Effects = limits.Observe(g.Gate.Effects)
 	if g.Relay, err = recovery.NewRelay(recovery.RelayOptions{
-		Outbox: g.Ledger, Relayer: g.Gate, Routes: routes, Poll: s.RelayPoll,
-		Concurrency: int(s.RelayConcurrency), Recorder: recorder, Logger: log, Now: now,
+		Outbox: g.Ledger, Relayer: &relayGate, Routes: routes, Poll: s.RelayPoll,
+		Concurrency: int(s.RelayConcurrency), Limits: limits, Recorder: recorder, Logger: log, Now: now,
 	}); err != nil {
 		return err
 	}
