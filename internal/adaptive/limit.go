@@ -26,8 +26,12 @@ type Options struct {
 	Min, Max int
 	// Tolerance is how much slower than the baseline a call may be and still
 	// count as the downstream keeping its latency (default 2: twice the
-	// baseline). Slower calls stop the growth without shrinking the limit.
+	// baseline), and Slack the least it may be slower by (default 5ms): a
+	// downstream answering in a fraction of a millisecond on loopback
+	// varies by more than its own latency with the scheduler alone. Slower
+	// calls stop the growth without shrinking the limit.
 	Tolerance float64
+	Slack     time.Duration
 	// Backoff multiplies the limit after an overload (default 0.5).
 	Backoff float64
 }
@@ -39,6 +43,7 @@ type Limiter struct {
 	limit     float64
 	min, max  float64
 	tolerance float64
+	slack     time.Duration
 	backoff   float64
 	inflight  int
 	// baseline is the latency the downstream keeps when it is not loaded:
@@ -72,11 +77,14 @@ func New(o Options) *Limiter {
 	if o.Tolerance <= 1 {
 		o.Tolerance = 2
 	}
+	if o.Slack <= 0 {
+		o.Slack = 5 * time.Millisecond
+	}
 	if o.Backoff <= 0 || o.Backoff >= 1 {
 		o.Backoff = 0.5
 	}
 	return &Limiter{limit: float64(o.Initial), min: float64(o.Min), max: float64(o.Max),
-		tolerance: o.Tolerance, backoff: o.Backoff, slowStart: true}
+		tolerance: o.Tolerance, slack: o.Slack, backoff: o.Backoff, slowStart: true}
 }
 
 // Limit is the number of calls the downstream is given at once now.
@@ -133,7 +141,7 @@ func (l *Limiter) Observe(start, end time.Time, overload bool) {
 	default:
 		l.baseline += (took - l.baseline) / baselineDrift
 	}
-	if float64(took) > l.tolerance*float64(l.baseline) {
+	if took > max(time.Duration(l.tolerance*float64(l.baseline)), l.baseline+l.slack) {
 		l.slowStart = false
 		return // the downstream is slowing down: hold
 	}

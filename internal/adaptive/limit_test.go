@@ -161,3 +161,21 @@ func TestLearnsANewBaseline(t *testing.T) {
 		t.Fatalf("limit %d → %d: no growth at the downstream's new, steady speed", before, l.Limit())
 	}
 }
+
+// A downstream that answers in a fraction of a millisecond still grows the
+// limit with calls a few milliseconds slower (Slack): on a loaded machine
+// the scheduler alone varies by more than such a latency.
+func TestSlackForFastDownstreams(t *testing.T) {
+	t.Parallel()
+	l := adaptive.New(adaptive.Options{Initial: 4, Max: 64, Slack: 5 * time.Millisecond})
+	defer busy(l, 8)()
+	call(l, 0, 300*time.Microsecond, false) // baseline 0.3ms: 5
+	call(l, time.Second, 4*time.Millisecond, false)
+	if got := l.Limit(); got != 6 {
+		t.Fatalf("after a 4ms call on a 0.3ms baseline: limit %d, want 6 (within the slack)", got)
+	}
+	call(l, 2*time.Second, 6*time.Millisecond, false)
+	if got := l.Limit(); got != 6 {
+		t.Fatalf("after a 6ms call on a 0.3ms baseline: limit %d, want 6 (held: past the slack)", got)
+	}
+}
