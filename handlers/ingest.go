@@ -68,6 +68,8 @@ type IngestOptions struct {
 	AdmissionWait        time.Duration
 
 	admit *admission
+	// spanNames are the delivery spans' names per route, built once.
+	spanNames map[string]string
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -81,6 +83,10 @@ func NewIngest(o IngestOptions) http.Handler {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	o.spanNames = make(map[string]string, len(o.Routes))
+	for name := range o.Routes {
+		o.spanNames[name] = "process " + name
 	}
 	o.admit = newAdmission(o.MaxInFlight, o.MaxBodyBytesInFlight, o.MaxBodyBytes, o.AdmissionWait)
 	r := chi.NewRouter()

@@ -165,7 +165,17 @@ func writeOutcome(w http.ResponseWriter, o outcome) (status int, sent bool) {
 		}
 		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: gate.Bound(o.reason, gate.MaxReason), OperationID: o.operationID, State: o.state})
 	}
-	return status, http.NewResponseController(w).Flush() == nil
+	return status, flush(w) == nil
+}
+
+// flush sends what was written now. net/http's own writer has FlushError;
+// asking it directly saves the ResponseController that finding it through
+// wrappers allocates on every answer.
+func flush(w http.ResponseWriter) error {
+	if f, ok := w.(interface{ FlushError() error }); ok {
+		return f.FlushError()
+	}
+	return http.NewResponseController(w).Flush()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
