@@ -154,8 +154,22 @@ func (c *Client) startCall(ctx context.Context, method string) (context.Context,
 	if c.tracer == nil {
 		return ctx, trace.SpanFromContext(context.Background()) // a no-op span
 	}
-	return c.tracer.Start(ctx, "HTTP "+method, trace.WithSpanKind(trace.SpanKindClient),
+	return c.tracer.Start(ctx, spanName(method), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", method)))
+}
+
+// spanNames are the client spans' names for the methods effects use, built
+// once instead of per call.
+var spanNames = map[string]string{
+	http.MethodPost: "HTTP POST", http.MethodPut: "HTTP PUT", http.MethodPatch: "HTTP PATCH",
+	http.MethodGet: "HTTP GET", http.MethodDelete: "HTTP DELETE",
+}
+
+func spanName(method string) string {
+	if n, ok := spanNames[method]; ok {
+		return n
+	}
+	return "HTTP " + method
 }
 
 // traceCall describes r's target on its span, from the URL the request
@@ -357,9 +371,17 @@ func newEffectRequest(ctx context.Context, method, target string, body []byte) (
 }
 
 func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, contentType string) {
-	r.Header.Set("User-Agent", userAgent)
+	// The headers every call carries share one backing array: five values
+	// for one allocation instead of one each. The keys are canonical as
+	// written, as Header.Set would make them.
+	vals := make([]string, 5)
+	put := func(i int, key, v string) {
+		vals[i] = v
+		r.Header[key] = vals[i : i+1 : i+1]
+	}
+	put(0, "User-Agent", userAgent)
 	if contentType != "" {
-		r.Header.Set("Content-Type", contentType)
+		put(1, "Content-Type", contentType)
 	}
 	for k, v := range spec.Headers {
 		switch {
@@ -374,9 +396,9 @@ func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest,
 	}
 	// Set last so configuration cannot override what ties the request to
 	// its attempt.
-	r.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey)
-	r.Header.Set(HeaderFence, strconv.FormatInt(req.Fence, 10))
-	r.Header.Set(HeaderOperation, req.OperationID)
+	put(2, HeaderIdempotencyKey, req.IdempotencyKey)
+	put(3, HeaderFence, strconv.FormatInt(req.Fence, 10))
+	put(4, HeaderOperation, req.OperationID)
 }
 
 // sendTrace records how far a request got. GotConn is called on the caller's
