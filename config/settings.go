@@ -84,8 +84,15 @@ type Settings struct {
 	// deliveries past it wait for a slot, and are nacked if none frees within
 	// AdmissionWait. The wait is short so that it never eats the margin the
 	// gate keeps before a broker's deadline (at least a second is left).
-	MaxInFlight   int           `envconfig:"MAX_IN_FLIGHT" default:"1000" desc:"deliveries this process works on at once; more wait for a slot up to ADMISSION_WAIT, then get a nack (503 with Retry-After); 0 sets no bound"`
-	AdmissionWait time.Duration `envconfig:"ADMISSION_WAIT" default:"1s" desc:"how long a delivery past MAX_IN_FLIGHT waits for a slot before its nack (0 to 1s)"`
+	//
+	// MaxBodyBytesInFlight bounds the bytes of push bodies those deliveries
+	// hold, the part of a delivery's memory that the sender decides: at the
+	// default, a thousand deliveries of ordinary size fit in it, and only as
+	// many bodies of the largest size as the chart's memory limit holds
+	// beside them. It must admit at least one body of MaxBodyBytes.
+	MaxInFlight          int           `envconfig:"MAX_IN_FLIGHT" default:"1000" desc:"deliveries this process works on at once; more wait for room up to ADMISSION_WAIT, then get a nack (Pub/Sub 429, SNS 503, with Retry-After); 0 sets no bound"`
+	MaxBodyBytesInFlight int64         `envconfig:"MAX_BODY_BYTES_IN_FLIGHT" default:"16MiB" desc:"bytes of push bodies the deliveries in flight hold at once, in bytes or with a KiB, MiB or GiB suffix; a delivery past it waits and is nacked as past MAX_IN_FLIGHT; 0 sets no bound, else at least MAX_BODY_BYTES"`
+	AdmissionWait        time.Duration `envconfig:"ADMISSION_WAIT" default:"1s" desc:"how long a delivery past MAX_IN_FLIGHT or MAX_BODY_BYTES_IN_FLIGHT waits for room before its nack (0 to 1s)"`
 	// MemoryLimit is the memory the process may use, usually its
 	// container's limit; MemoryLimitRatio of it becomes the Go runtime's soft
 	// limit (SoftMemoryLimit). Without one the collector lets the heap grow to
@@ -119,7 +126,7 @@ type Settings struct {
 	ReconcilePoll time.Duration `envconfig:"RECONCILE_POLL" default:"5s" desc:"how often each replica looks for indeterminate operations of lookup routes due for a check"`
 	// The handoff relay (recovery.Relay), run only when a route is handoff.
 	RelayPoll        time.Duration `envconfig:"RELAY_POLL" default:"500ms" desc:"how often each replica looks for due outbox entries of handoff routes when the last look found none"`
-	RelayConcurrency int64         `envconfig:"RELAY_CONCURRENCY" default:"4" desc:"outbox entries one replica relays at the same time (1 to 256)"`
+	RelayConcurrency int64         `envconfig:"RELAY_CONCURRENCY" default:"64" desc:"most outbox entries of one handoff route one replica relays at the same time (1 to 256); below it the relay adapts to the downstream, starting at 4"`
 	PurgeInterval    time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
 	PurgeBatch       int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
 	// The operator console under /console/ on the admin listener (package
@@ -247,6 +254,9 @@ func (s Settings) Validate() error {
 	}
 	if s.MaxInFlight < 0 || s.MaxInFlight > maxInFlightLimit {
 		add("MAX_IN_FLIGHT", "must be between 0 (no bound) and %d, got %d", maxInFlightLimit, s.MaxInFlight)
+	}
+	if s.MaxBodyBytesInFlight != 0 && (s.MaxBodyBytesInFlight < s.MaxBodyBytes || s.MaxBodyBytesInFlight > maxMemoryLimit) {
+		add("MAX_BODY_BYTES_IN_FLIGHT", "must be 0 (no bound) or from GATEWAY_MAX_BODY_BYTES (%d) to %s, got %d bytes", s.MaxBodyBytes, formatSize(maxMemoryLimit), s.MaxBodyBytesInFlight)
 	}
 	if s.AdmissionWait < 0 || s.AdmissionWait > maxAdmissionWait {
 		add("ADMISSION_WAIT", "must be between 0 and %s, got %s", maxAdmissionWait, s.AdmissionWait)
@@ -481,6 +491,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Duration("shutdown_timeout", s.ShutdownTimeout),
 		slog.Duration("max_clock_skew", s.MaxClockSkew),
 		slog.Int("max_in_flight", s.MaxInFlight),
+		slog.Int64("max_body_bytes_in_flight", s.MaxBodyBytesInFlight),
 		slog.Duration("admission_wait", s.AdmissionWait),
 		slog.Int64("memory_limit", s.MemoryLimit),
 		slog.Float64("memory_limit_ratio", s.MemoryLimitRatio),
@@ -589,6 +600,8 @@ func (s *Settings) set(key, raw string) error {
 		var n int64
 		n, err = parseInt(raw)
 		s.MaxInFlight = int(min(max(n, -1), maxInFlightLimit+1))
+	case "MAX_BODY_BYTES_IN_FLIGHT":
+		s.MaxBodyBytesInFlight, err = parseSize(raw)
 	case "ADMISSION_WAIT":
 		s.AdmissionWait, err = parseDuration(raw)
 	case "MEMORY_LIMIT":

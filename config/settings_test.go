@@ -319,6 +319,7 @@ func TestUsageListsEveryVariable(t *testing.T) {
 		"GATEWAY_MAX_BODY_BYTES", "GATEWAY_WRITE_TIMEOUT", "GATEWAY_SHUTDOWN_TIMEOUT", "GATEWAY_LOG_LEVEL",
 		"GATEWAY_INSTANCE_ID", "GATEWAY_MAX_CLOCK_SKEW", "GATEWAY_KEY_HASH_SECRET",
 		"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_ADMISSION_WAIT", "GATEWAY_MEMORY_LIMIT", "GATEWAY_MEMORY_LIMIT_RATIO",
+		"GATEWAY_MAX_BODY_BYTES_IN_FLIGHT",
 	} {
 		if !strings.Contains(buf.String(), v) {
 			t.Errorf("usage lacks %s:\n%s", v, buf.String())
@@ -366,7 +367,7 @@ func TestRecoverySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.FenceTTL != 24*time.Hour || s.LanesRefresh != 15*time.Second || s.ReconcilePoll != 5*time.Second ||
-		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 || s.RelayPoll != 500*time.Millisecond || s.RelayConcurrency != 4 {
+		s.PurgeInterval != time.Minute || s.PurgeBatch != 500 || s.RelayPoll != 500*time.Millisecond || s.RelayConcurrency != 64 {
 		t.Fatalf("defaults: %+v", s)
 	}
 	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_RELAY_POLL": "50ms", "GATEWAY_RELAY_CONCURRENCY": "16"}))
@@ -426,16 +427,23 @@ func TestRecoverySettings(t *testing.T) {
 func TestAdmissionSettings(t *testing.T) {
 	t.Parallel()
 	s, err := config.LoadSettings(env(nil))
-	if err != nil || s.MaxInFlight != 1000 || s.AdmissionWait != time.Second {
-		t.Fatalf("defaults: %d, %s, %v; want 1000 and 1s", s.MaxInFlight, s.AdmissionWait, err)
+	if err != nil || s.MaxInFlight != 1000 || s.AdmissionWait != time.Second || s.MaxBodyBytesInFlight != 16<<20 {
+		t.Fatalf("defaults: %d, %s, %d bytes, %v; want 1000, 1s and 16 MiB", s.MaxInFlight, s.AdmissionWait, s.MaxBodyBytesInFlight, err)
 	}
-	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0", "GATEWAY_ADMISSION_WAIT": "0s"}))
-	if err != nil || s.MaxInFlight != 0 || s.AdmissionWait != 0 {
-		t.Fatalf("no bound, no wait: %d, %s, %v", s.MaxInFlight, s.AdmissionWait, err)
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0", "GATEWAY_ADMISSION_WAIT": "0s",
+		"GATEWAY_MAX_BODY_BYTES_IN_FLIGHT": "0"}))
+	if err != nil || s.MaxInFlight != 0 || s.AdmissionWait != 0 || s.MaxBodyBytesInFlight != 0 {
+		t.Fatalf("no bound, no wait: %d, %s, %d, %v", s.MaxInFlight, s.AdmissionWait, s.MaxBodyBytesInFlight, err)
+	}
+	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MAX_BODY_BYTES_IN_FLIGHT": "64MiB"}))
+	if err != nil || s.MaxBodyBytesInFlight != 64<<20 {
+		t.Fatalf("64MiB: %d, %v", s.MaxBodyBytesInFlight, err)
 	}
 	for k, v := range map[string]string{
 		"GATEWAY_MAX_IN_FLIGHT":  "-1",
 		"GATEWAY_ADMISSION_WAIT": "2s",
+		// Less than one body of GATEWAY_MAX_BODY_BYTES (1 MiB).
+		"GATEWAY_MAX_BODY_BYTES_IN_FLIGHT": "512KiB",
 	} {
 		_, err := config.LoadSettings(env(map[string]string{k: v}))
 		if err == nil || !strings.Contains(err.Error(), k+": must be") {

@@ -1,8 +1,8 @@
 package downstream
 
 import (
-	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/ackgate/ackgate/gate"
@@ -46,10 +46,22 @@ func encodeBody(r *gate.Route, m *gate.Message) (body, error) {
 // sendOnce is the effect request body. It is deliberately a type net/http does
 // not recognise: http.NewRequest gives *bytes.Reader, *bytes.Buffer and
 // *strings.Reader bodies a GetBody, and a GetBody is what lets the Transport
-// rewind and resend a request on its own.
-type sendOnce struct{ r *bytes.Reader }
+// rewind and resend a request on its own. It reads the slice itself, one
+// allocation per request where a wrapped bytes.Reader took two.
+type sendOnce struct {
+	b   []byte
+	off int
+}
 
-func newSendOnce(b []byte) *sendOnce { return &sendOnce{r: bytes.NewReader(b)} }
+func newSendOnce(b []byte) *sendOnce { return &sendOnce{b: b} }
 
-func (s *sendOnce) Read(p []byte) (int, error) { return s.r.Read(p) }
-func (s *sendOnce) Close() error               { return nil }
+func (s *sendOnce) Read(p []byte) (int, error) {
+	if s.off >= len(s.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b[s.off:])
+	s.off += n
+	return n, nil
+}
+
+func (s *sendOnce) Close() error { return nil }

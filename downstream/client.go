@@ -154,8 +154,22 @@ func (c *Client) startCall(ctx context.Context, method string) (context.Context,
 	if c.tracer == nil {
 		return ctx, trace.SpanFromContext(context.Background()) // a no-op span
 	}
-	return c.tracer.Start(ctx, "HTTP "+method, trace.WithSpanKind(trace.SpanKindClient),
+	return c.tracer.Start(ctx, spanName(method), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", method)))
+}
+
+// spanNames are the client spans' names for the methods effects use, built
+// once instead of per call.
+var spanNames = map[string]string{
+	http.MethodPost: "HTTP POST", http.MethodPut: "HTTP PUT", http.MethodPatch: "HTTP PATCH",
+	http.MethodGet: "HTTP GET", http.MethodDelete: "HTTP DELETE",
+}
+
+func spanName(method string) string {
+	if n, ok := spanNames[method]; ok {
+		return n
+	}
+	return "HTTP " + method
 }
 
 // traceCall describes r's target on its span, from the URL the request

@@ -59,13 +59,17 @@ type IngestOptions struct {
 	// Poison keeps messages without a usable identity (poison.go); without
 	// it they are only refused.
 	Poison PoisonLog
-	// MaxInFlight bounds the deliveries worked on at once (admission.go); a
-	// delivery past it waits up to AdmissionWait for a slot, then is nacked.
-	// Zero admits all.
-	MaxInFlight   int
-	AdmissionWait time.Duration
+	// MaxInFlight bounds the deliveries worked on at once and
+	// MaxBodyBytesInFlight the bytes of push bodies they hold
+	// (admission.go); a delivery past either waits up to AdmissionWait for
+	// room, then is nacked as overloaded. Zero sets no bound.
+	MaxInFlight          int
+	MaxBodyBytesInFlight int64
+	AdmissionWait        time.Duration
 
 	admit *admission
+	// spanNames are the delivery spans' names per route, built once.
+	spanNames map[string]string
 }
 
 // NewIngest returns the ingest listener's handler. The admin API is never
@@ -80,7 +84,11 @@ func NewIngest(o IngestOptions) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.admit = newAdmission(o.MaxInFlight, o.AdmissionWait)
+	o.spanNames = make(map[string]string, len(o.Routes))
+	for name := range o.Routes {
+		o.spanNames[name] = "process " + name
+	}
+	o.admit = newAdmission(o.MaxInFlight, o.MaxBodyBytesInFlight, o.MaxBodyBytes, o.AdmissionWait)
 	r := chi.NewRouter()
 	addIngestRoutes(r, &o)
 	return r
@@ -114,19 +122,20 @@ func handlePubSubPush(o *IngestOptions) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		if !o.admit.enter(r.Context()) {
-			o.refuse(w, r, gate.BrokerPubSub, route, arrived, atCapacity())
+		tk, ok := o.admit.enter(r.Context())
+		if !ok {
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, atCapacity(gate.BrokerPubSub))
 			return
 		}
-		defer o.admit.leave()
+		defer tk.leave()
 		if err := o.authenticatePubSub(r, route); err != nil {
 			challenge(w, route, err)
 			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromAuth(err))
 			return
 		}
-		body, err := readBody(w, r, o.MaxBodyBytes)
+		body, err := o.admitBody(w, r, &tk)
 		if err != nil {
-			o.refuse(w, r, gate.BrokerPubSub, route, arrived, fromRejection(err))
+			o.refuse(w, r, gate.BrokerPubSub, route, arrived, bodyRefusal(gate.BrokerPubSub, err))
 			return
 		}
 		msg, err := decodePubSubRequest(r.Header, route, body)
@@ -263,6 +272,30 @@ func (o *IngestOptions) finish(ctx context.Context, w http.ResponseWriter, b gat
 			slog.String("state", string(out.state)), slog.Bool("sent", sent))
 	}
 	return sent, status
+}
+
+// errAtCapacity is admitBody's refusal when the body bytes in flight leave
+// no room for another body.
+var errAtCapacity = errors.New("no room for the body")
+
+// admitBody reserves room for r's body under the admission's byte bound,
+// then reads it.
+func (o *IngestOptions) admitBody(w http.ResponseWriter, r *http.Request, tk *ticket) ([]byte, error) {
+	if !tk.reserve(r.Context(), r) {
+		return nil, errAtCapacity
+	}
+	body, err := readBody(w, r, o.MaxBodyBytes)
+	tk.fit(len(body))
+	return body, err
+}
+
+// bodyRefusal sorts admitBody's errors: no room is an overload nack, the
+// rest are readBody's rejections.
+func bodyRefusal(b gate.Broker, err error) outcome {
+	if errors.Is(err, errAtCapacity) {
+		return atCapacity(b)
+	}
+	return fromRejection(err)
 }
 
 // readBody reads at most limit bytes; a larger body is refused with 413

@@ -35,13 +35,9 @@ type pushEnvelope struct {
 // failure is a *Rejection with a bounded reason: a body we cannot read never
 // becomes an operation (only a poison record) and is never acked as done.
 func decodePubSub(body []byte) (*gate.Message, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
 	var env pushEnvelope
-	if err := dec.Decode(&env); err != nil {
-		return nil, badRequest("body is not a Pub/Sub push envelope: %s", jsonerr.Describe(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, badRequest("body has data after the envelope")
+	if rej := decodeEnvelope(body, &env); rej != nil {
+		return nil, rej
 	}
 	m := env.Message
 	if m == nil {
@@ -65,6 +61,34 @@ func decodePubSub(body []byte) (*gate.Message, error) {
 		return nil, rej
 	}
 	return msg, nil
+}
+
+// decodeEnvelope decodes body, which must be one JSON value and nothing
+// after it, into env. It reads the body in place (json.Unmarshal): a
+// streaming decoder would first copy it into a buffer of its own, grown from
+// 512 bytes. Unmarshal reports a value followed by more data as a syntax
+// error at the first byte after the value; that case is told apart from a
+// broken envelope by decoding the value before it, so the answers are those
+// of a decoder that reads one value and then looks for the end.
+func decodeEnvelope(body []byte, env *pushEnvelope) *Rejection {
+	err := json.Unmarshal(body, env)
+	if err == nil {
+		return nil
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) && syn.Error() == "unexpected end of JSON input" {
+		// The body ended inside the value, or held none.
+		err = io.ErrUnexpectedEOF
+	} else if errors.As(err, &syn) && syn.Offset > 0 && syn.Offset <= int64(len(body)) {
+		if value := body[:syn.Offset-1]; len(bytes.TrimSpace(value)) > 0 && json.Valid(value) {
+			*env = pushEnvelope{}
+			if err := json.Unmarshal(value, env); err != nil {
+				return badRequest("body is not a Pub/Sub push envelope: %s", jsonerr.Describe(err))
+			}
+			return badRequest("body has data after the envelope")
+		}
+	}
+	return badRequest("body is not a Pub/Sub push envelope: %s", jsonerr.Describe(err))
 }
 
 // decodePubSubMessage is decodePubSub once the message id is known.

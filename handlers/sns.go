@@ -33,11 +33,12 @@ func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		if !o.admit.enter(r.Context()) {
-			o.refuse(w, r, gate.BrokerSNS, route, arrived, atCapacity())
+		tk, ok := o.admit.enter(r.Context())
+		if !ok {
+			o.refuse(w, r, gate.BrokerSNS, route, arrived, atCapacity(gate.BrokerSNS))
 			return
 		}
-		defer o.admit.leave()
+		defer tk.leave()
 		if route.Auth == gate.AuthBasic {
 			if err := o.checkBasic(r, route); err != nil {
 				challenge(w, route, err)
@@ -45,9 +46,9 @@ func handleSNSPush(o *IngestOptions) http.HandlerFunc {
 				return
 			}
 		}
-		body, err := readBody(w, r, o.MaxBodyBytes)
+		body, err := o.admitBody(w, r, &tk)
 		if err != nil {
-			o.refuse(w, r, gate.BrokerSNS, route, arrived, fromRejection(err))
+			o.refuse(w, r, gate.BrokerSNS, route, arrived, bodyRefusal(gate.BrokerSNS, err))
 			return
 		}
 

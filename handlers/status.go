@@ -29,6 +29,8 @@ func (r *Rejection) Error() string { return r.Reason }
 // retry policy, but a human with curl reads it too.
 const retryAfterSeconds = 5
 
+var retryAfter = strconv.Itoa(retryAfterSeconds)
+
 // outcome is everything that decides a response, whichever step produced it.
 type outcome struct {
 	decision    gate.Decision
@@ -158,12 +160,22 @@ func writeOutcome(w http.ResponseWriter, o outcome) (status int, sent bool) {
 	if status == ackStatus {
 		w.WriteHeader(status)
 	} else {
-		if status >= 500 {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		if status >= 500 || status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", retryAfter)
 		}
 		writeJSON(w, status, AnswerBody{Decision: o.decision, Reason: gate.Bound(o.reason, gate.MaxReason), OperationID: o.operationID, State: o.state})
 	}
-	return status, http.NewResponseController(w).Flush() == nil
+	return status, flush(w) == nil
+}
+
+// flush sends what was written now. net/http's own writer has FlushError;
+// asking it directly saves the ResponseController that finding it through
+// wrappers allocates on every answer.
+func flush(w http.ResponseWriter) error {
+	if f, ok := w.(interface{ FlushError() error }); ok {
+		return f.FlushError()
+	}
+	return http.NewResponseController(w).Flush()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

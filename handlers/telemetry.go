@@ -57,11 +57,14 @@ func (o *IngestOptions) startDelivery(r *http.Request, b gate.Broker, route *gat
 	if tracer == nil {
 		tracer = noop.NewTracerProvider().Tracer("")
 	}
-	name := "unknown"
+	name, spanName := "unknown", "process unknown"
 	if route != nil {
-		name = route.Name
+		name, spanName = route.Name, o.spanNames[route.Name]
+		if spanName == "" {
+			spanName = "process " + name
+		}
 	}
-	ctx, span := tracer.Start(o.deliveryParent(r, msg), "process "+name,
+	ctx, span := tracer.Start(o.deliveryParent(r, msg), spanName,
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived))
 	if !span.IsRecording() {
 		// Not sampled: nothing would keep the attributes.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/ackgate/ackgate/gate"
 )
 
@@ -70,7 +72,7 @@ type Reconciler struct {
 	log      *slog.Logger
 	poll     time.Duration
 	routes   []*gate.Route
-	pacers   map[string]*pacer
+	pacers   map[string]*rate.Limiter
 }
 
 // ReconcilerOptions builds a Reconciler.
@@ -95,11 +97,10 @@ func NewReconciler(o ReconcilerOptions) (*Reconciler, error) {
 		return nil, fmt.Errorf("recovery: reconciler poll %s must be positive", o.Poll)
 	}
 	r := &Reconciler{claims: o.Claims, settle: o.Settler, recorder: o.Recorder, log: o.Logger,
-		poll: o.Poll, pacers: map[string]*pacer{}}
+		poll: o.Poll, pacers: map[string]*rate.Limiter{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	now := time.Now()
 	for _, rt := range o.Routes {
 		if (rt.Shape != gate.ShapeLookup && rt.Shape != gate.ShapeHandoff) || rt.Effect.LookupURL == "" {
 			continue
@@ -108,7 +109,7 @@ func NewReconciler(o ReconcilerOptions) (*Reconciler, error) {
 			return nil, fmt.Errorf("recovery: route %q has no reconcile policy", rt.Name)
 		}
 		r.routes = append(r.routes, rt)
-		r.pacers[rt.Name] = newPacer(rt.Reconcile.RatePerSecond, now)
+		r.pacers[rt.Name] = newPacer(rt.Reconcile.RatePerSecond)
 	}
 	return r, nil
 }
@@ -169,12 +170,19 @@ func (r *Reconciler) route(ctx context.Context, rt *gate.Route) error {
 	}
 	p := r.pacers[rt.Name]
 	for i := range ops {
-		if err := p.wait(ctx); err != nil {
+		if err := p.Wait(ctx); err != nil {
 			return nil // shutting down: the claims lapse and another tick takes them
 		}
 		r.one(ctx, rt, &ops[i])
 	}
 	return nil
+}
+
+// newPacer is a route's pace of lookups: a token bucket
+// (golang.org/x/time/rate) at rps per second on average, with bursts of up
+// to rps (at least one) after a quiet spell.
+func newPacer(rps float64) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(rps), int(max(1, rps)))
 }
 
 // settleGrace bounds how long a lookup already under way may take to be

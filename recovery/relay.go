@@ -14,9 +14,9 @@ import (
 
 // Outbox is the handoff routes' queue in the ledger: storage.Ledger.
 type Outbox interface {
-	// ClaimOutbox takes up to limit due entries of routes and keeps every
-	// other relay away from them for horizon.
-	ClaimOutbox(ctx context.Context, routes []string, limit int, horizon time.Duration) ([]*gate.OutboxEntry, error)
+	// ClaimOutboxEach takes up to want[route] due entries of each route in
+	// one statement and keeps every other relay away from them for horizon.
+	ClaimOutboxEach(ctx context.Context, want map[string]int, horizon time.Duration) ([]*gate.OutboxEntry, error)
 	// RescheduleOutbox sets when entry id is due again.
 	RescheduleOutbox(ctx context.Context, id string, at time.Time) error
 	// SweepOutbox empties up to limit entries whose effect is evidenced.
@@ -37,6 +37,9 @@ type RelayRecorder interface {
 	// RelayFailed counts a failure of the relay's own bookkeeping: a claim,
 	// a sweep or a reschedule the ledger refused.
 	RelayFailed(ctx context.Context, stage string)
+	// RelayLimit is called with a route's concurrency limit whenever a
+	// round of the relay reads it.
+	RelayLimit(ctx context.Context, route string, limit int)
 }
 
 // What became of one entry a relay pass took up.
@@ -85,6 +88,11 @@ const errorWait = 5 * time.Second
 // message from both writing. A pass is the gate's Relay, so the idempotency
 // key, the evidence before the mark, the attempt limit and the
 // reconciliation after a lost response are those of a push.
+//
+// How many passes of one route run at once follows its downstream
+// (RelayLimits): more while its calls keep their speed, fewer when it
+// answers 429 or 503 or stops answering in time. Each round claims what
+// every route has room for in one statement.
 type Relay struct {
 	outbox      Outbox
 	relayer     Relayer
@@ -92,6 +100,7 @@ type Relay struct {
 	log         *slog.Logger
 	poll        time.Duration
 	concurrency int
+	limits      *RelayLimits
 	now         func() time.Time
 	routes      map[string]*gate.Route
 	names       []string
@@ -108,10 +117,15 @@ type RelayOptions struct {
 	// Poll is how long the relay waits before looking again after a look
 	// that found nothing due; while it finds work it looks again at once.
 	Poll time.Duration
-	// Concurrency is how many entries this replica relays at once.
+	// Concurrency is the most entries of one route this replica relays at
+	// once; below it the route's limit adapts to its downstream.
 	Concurrency int
-	Recorder    RelayRecorder
-	Logger      *slog.Logger
+	// Limits are the routes' adaptive limits, fed by the effects the
+	// Relayer calls through Limits.Observe; nil builds limits that nothing
+	// feeds, which stay at their start.
+	Limits   *RelayLimits
+	Recorder RelayRecorder
+	Logger   *slog.Logger
 	// Now is the clock of the reschedules; nil means time.Now.
 	Now func() time.Time
 }
@@ -128,7 +142,10 @@ func NewRelay(o RelayOptions) (*Relay, error) {
 		return nil, fmt.Errorf("recovery: relay concurrency %d must be at least 1", o.Concurrency)
 	}
 	r := &Relay{outbox: o.Outbox, relayer: o.Relayer, recorder: o.Recorder, log: o.Logger, poll: o.Poll,
-		concurrency: o.Concurrency, now: o.Now, routes: map[string]*gate.Route{}, jitter: equalJitter}
+		concurrency: o.Concurrency, limits: o.Limits, now: o.Now, routes: map[string]*gate.Route{}, jitter: equalJitter}
+	if r.limits == nil {
+		r.limits = NewRelayLimits(o.Routes, o.Concurrency)
+	}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -154,49 +171,40 @@ func (r *Relay) Routes() []string { return r.names }
 // record it) plus a margin, so a live pass is never overlapped.
 func (r *Relay) Horizon() time.Duration { return r.horizon }
 
-// Run relays until ctx ends, up to Concurrency entries at a time; it
-// returns once the passes under way have recorded what they did.
+// Run relays until ctx ends and returns once the passes under way have
+// recorded what they did. Each round claims, in one statement, what every
+// route has room for under its limit; a route waits until a quarter of its
+// limit is free (or none of its passes runs) before it claims again, so
+// claims come in batches rather than one entry per finished pass. A round
+// that finds less than it asked for has emptied the due entries, and the
+// next one comes after Poll.
 func (r *Relay) Run(ctx context.Context) {
 	if len(r.names) == 0 {
 		return
 	}
 	var passes sync.WaitGroup
 	defer passes.Wait()
-	slots := make(chan struct{}, r.concurrency)
+	freed := make(chan struct{}, 1)
 	var lastSweep time.Time
 	for {
-		// Wait for one free slot, then take every other one free now.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		free := 1
-		for free < r.concurrency {
+		want := r.wanted(ctx, true)
+		if len(want) == 0 {
+			// Every route is busy: wait for a pass to end.
 			select {
-			case slots <- struct{}{}:
-				free++
+			case <-freed:
 				continue
-			default:
+			case <-ctx.Done():
+				return
 			}
-			break
 		}
-		got, err := r.claim(ctx, free)
-		for range free - len(got) {
-			<-slots
-		}
-		for _, e := range got {
-			passes.Go(func() {
-				defer func() { <-slots }()
-				r.pass(ctx, e)
-			})
-		}
+		got, err := r.claim(ctx, want)
+		r.start(ctx, &passes, got, freed)
 		if time.Since(lastSweep) >= r.poll {
 			r.sweep(ctx)
 			lastSweep = time.Now()
 		}
-		if err == nil && len(got) > 0 {
-			continue // there was work: look again at once
+		if err == nil && len(got) == total(want) {
+			continue // every route got all it asked for: there may be more
 		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("relay claim failed; trying again after the poll interval", "err", err, "poll", r.poll.String())
@@ -210,27 +218,78 @@ func (r *Relay) Run(ctx context.Context) {
 }
 
 // Tick is one round: it empties the evidenced entries, claims up to
-// Concurrency due ones, and relays them side by side, returning once every
-// pass has recorded what it did. It reports how many entries it took up.
+// Concurrency due entries of each route (the most its limit may reach,
+// whatever the limit is now), and relays them side by side, returning once
+// every pass has recorded what it did. It reports how many entries it took
+// up.
 func (r *Relay) Tick(ctx context.Context) (int, error) {
 	if len(r.names) == 0 {
 		return 0, nil
 	}
 	r.sweep(ctx)
-	got, err := r.claim(ctx, r.concurrency)
+	got, err := r.claim(ctx, r.wanted(ctx, false))
 	if err != nil {
 		return 0, err
 	}
 	var wg sync.WaitGroup
-	for _, e := range got {
-		wg.Go(func() { r.pass(ctx, e) })
-	}
+	r.start(ctx, &wg, got, nil)
 	wg.Wait()
 	return len(got), nil
 }
 
-func (r *Relay) claim(ctx context.Context, n int) ([]*gate.OutboxEntry, error) {
-	got, err := r.outbox.ClaimOutbox(ctx, r.names, n, r.horizon)
+// wanted is how many entries of each route a round claims: with adapt,
+// its room under its limit, once that is at least a quarter of the limit
+// or nothing of the route runs; without, Concurrency.
+func (r *Relay) wanted(ctx context.Context, adapt bool) map[string]int {
+	want := make(map[string]int, len(r.names))
+	for _, name := range r.names {
+		if !adapt {
+			want[name] = r.concurrency
+			continue
+		}
+		lim := r.limits.of(name)
+		limit, room, running := lim.state()
+		if r.recorder != nil {
+			r.recorder.RelayLimit(ctx, name, limit)
+		}
+		if room > 0 && (room >= max(1, limit/4) || running == 0) {
+			want[name] = room
+		}
+	}
+	return want
+}
+
+func total(want map[string]int) int {
+	n := 0
+	for _, v := range want {
+		n += v
+	}
+	return n
+}
+
+// start runs a pass for every entry in got, each counted in flight under its
+// route's limit until it ends; freed, when set, is told of every end.
+func (r *Relay) start(ctx context.Context, passes *sync.WaitGroup, got []*gate.OutboxEntry, freed chan<- struct{}) {
+	for _, e := range got {
+		lim := r.limits.of(e.Route)
+		lim.Take(1)
+		passes.Go(func() {
+			defer func() {
+				lim.Release()
+				if freed != nil {
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}
+			}()
+			r.pass(ctx, e)
+		})
+	}
+}
+
+func (r *Relay) claim(ctx context.Context, want map[string]int) ([]*gate.OutboxEntry, error) {
+	got, err := r.outbox.ClaimOutboxEach(ctx, want, r.horizon)
 	if err != nil {
 		r.failed(ctx, StageClaim)
 		return nil, fmt.Errorf("claim outbox: %w", err)
@@ -328,12 +387,14 @@ func equalJitter(d time.Duration) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// OutboxStat is one route's undelivered entries: how many, and since when
-// the oldest waits.
+// OutboxStat is one route's undelivered entries: how many, since when the
+// oldest waits, and since when the oldest of those the relay may take now
+// has been due (zero when none is due): the relay's lag.
 type OutboxStat struct {
-	Route  string
-	Depth  int64
-	Oldest time.Time
+	Route     string
+	Depth     int64
+	Oldest    time.Time
+	OldestDue time.Time
 }
 
 // OutboxSnapshot is the outbox as one refresh counted it.

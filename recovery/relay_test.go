@@ -219,6 +219,16 @@ func TestTwoRelaysDeliverEachEntryOnce(t *testing.T) {
 	if acked != n {
 		t.Errorf("ackgate_relay_passes_total{outcome=acked} summed to %v over the replicas, want %d", acked, n)
 	}
+	// Each replica's limit for ship, as its last round read it: from the
+	// start of 4 up to the configured 8, never past it.
+	for i, r := range c.replicas {
+		v, ok := sample(r.scrape(t), "ackgate_relay_concurrency", map[string]string{"route": "ship"})
+		var limit float64
+		fmt.Sscan(v, &limit)
+		if !ok || limit < 1 || limit > 8 {
+			t.Errorf("replica %d: ackgate_relay_concurrency{route=ship} = %q, want 1 to 8", i, v)
+		}
+	}
 }
 
 // A downstream that answers a documented retryable failure is tried again

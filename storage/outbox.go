@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ackgate/ackgate/gate"
@@ -35,30 +36,77 @@ RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.messa
 	if err != nil {
 		return nil, translate("claim outbox", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*gate.OutboxEntry, error) {
-		var (
-			e         gate.OutboxEntry
-			m         gate.Message
-			published *time.Time
-			attrs     []byte
-			passes    int
-		)
-		if err := r.Scan(&e.OperationID, &e.Route, &e.PublicationID, &m.Broker, &m.Source, &m.MessageID,
-			&published, &m.OrderingKey, &attrs, &m.Data, &e.CreatedAt, &e.NextAttemptAt, &passes); err != nil {
-			return nil, err
-		}
-		if published != nil {
-			m.PublishTime = *published
-		}
-		if len(attrs) > 0 {
-			if err := json.Unmarshal(attrs, &m.Attributes); err != nil {
-				return nil, fmt.Errorf("outbox %s: attributes: %w", e.OperationID, err)
-			}
-		}
-		e.Message, e.Passes = &m, passes
-		return &e, nil
-	})
+	out, err := pgx.CollectRows(rows, scanOutboxEntry)
 	return out, translate("claim outbox", err)
+}
+
+// claimEachSQL takes, in one statement, up to $2[i] due entries of route
+// $1[i] for every i: each route's own LIMIT, oldest due first, every entry
+// locked with SKIP LOCKED and pushed $3 seconds ahead as in ClaimOutbox. One
+// statement per relay round, however many routes and entries it takes.
+const claimEachSQL = `
+UPDATE outbox e SET next_attempt_at = now() + make_interval(secs => $3), passes = e.passes + 1
+FROM (
+	SELECT c.operation_id FROM unnest($1::text[], $2::int[]) AS w(route, n)
+	CROSS JOIN LATERAL (
+		SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
+		WHERE e2.delivered_at IS NULL AND e2.next_attempt_at <= now() AND e2.route = w.route
+		  AND o.state IN ('received', 'reserved', 'pending_effect')
+		ORDER BY e2.next_attempt_at
+		LIMIT w.n
+		FOR UPDATE OF e2 SKIP LOCKED) c
+) claimed
+WHERE e.operation_id = claimed.operation_id
+RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
+	e.ordering_key, e.attributes, e.data, e.created_at, e.next_attempt_at, e.passes`
+
+// ClaimOutboxEach takes up to want[route] due entries of each route in one
+// statement, holding each for horizon: a relay that keeps a limit per
+// downstream claims what each has room for in one round trip. Routes with
+// no room (0 or less) are left out.
+func (l *Ledger) ClaimOutboxEach(ctx context.Context, want map[string]int, horizon time.Duration) ([]*gate.OutboxEntry, error) {
+	routes := make([]string, 0, len(want))
+	limits := make([]int32, 0, len(want))
+	for r, n := range want {
+		if n > 0 {
+			routes = append(routes, r)
+			limits = append(limits, int32(min(n, math.MaxInt32)))
+		}
+	}
+	if len(routes) == 0 {
+		return nil, nil
+	}
+	rows, err := l.pool.Query(ctx, claimEachSQL, routes, limits, horizon.Seconds())
+	if err != nil {
+		return nil, translate("claim outbox", err)
+	}
+	out, err := pgx.CollectRows(rows, scanOutboxEntry)
+	return out, translate("claim outbox", err)
+}
+
+// scanOutboxEntry reads one claimed entry with its message.
+func scanOutboxEntry(r pgx.CollectableRow) (*gate.OutboxEntry, error) {
+	var (
+		e         gate.OutboxEntry
+		m         gate.Message
+		published *time.Time
+		attrs     []byte
+		passes    int
+	)
+	if err := r.Scan(&e.OperationID, &e.Route, &e.PublicationID, &m.Broker, &m.Source, &m.MessageID,
+		&published, &m.OrderingKey, &attrs, &m.Data, &e.CreatedAt, &e.NextAttemptAt, &passes); err != nil {
+		return nil, err
+	}
+	if published != nil {
+		m.PublishTime = *published
+	}
+	if len(attrs) > 0 {
+		if err := json.Unmarshal(attrs, &m.Attributes); err != nil {
+			return nil, fmt.Errorf("outbox %s: attributes: %w", e.OperationID, err)
+		}
+	}
+	e.Message, e.Passes = &m, passes
+	return &e, nil
 }
 
 // RescheduleOutbox sets when entry id is due again: after a pass that
@@ -86,25 +134,38 @@ WHERE e.operation_id IN (
 	return int(tag.RowsAffected()), nil
 }
 
-// OutboxStat is one route's undelivered entries: how many, and since when
-// the oldest waits.
+// OutboxStat is one route's undelivered entries: how many, since when the
+// oldest waits, and since when the oldest of those the relay may take now
+// has been due (zero when none is due): how far the relay is behind.
 type OutboxStat struct {
-	Route  string
-	Depth  int64
-	Oldest time.Time
+	Route     string
+	Depth     int64
+	Oldest    time.Time
+	OldestDue time.Time
 }
 
 // OutboxStats reads the depth of each route's outbox from the index of
-// undelivered entries.
+// undelivered entries, and the oldest due time among the entries a relay
+// could claim now (their operation still open, their time come).
 func (l *Ledger) OutboxStats(ctx context.Context) ([]OutboxStat, error) {
-	rows, err := l.pool.Query(ctx, `SELECT route, count(*), min(created_at) FROM outbox
-		WHERE delivered_at IS NULL GROUP BY route ORDER BY route`)
+	rows, err := l.pool.Query(ctx, `SELECT e.route, count(*), min(e.created_at),
+			min(e.next_attempt_at) FILTER (WHERE e.next_attempt_at <= now()
+				AND o.state IN ('received', 'reserved', 'pending_effect'))
+		FROM outbox e JOIN operations o ON o.id = e.operation_id
+		WHERE e.delivered_at IS NULL GROUP BY e.route ORDER BY e.route`)
 	if err != nil {
 		return nil, translate("outbox stats", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxStat, error) {
-		var s OutboxStat
-		return s, r.Scan(&s.Route, &s.Depth, &s.Oldest)
+		var (
+			s   OutboxStat
+			due *time.Time
+		)
+		err := r.Scan(&s.Route, &s.Depth, &s.Oldest, &due)
+		if due != nil {
+			s.OldestDue = *due
+		}
+		return s, err
 	})
 	return out, translate("outbox stats", err)
 }

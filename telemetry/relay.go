@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,6 +18,10 @@ type RelayMetrics struct {
 	passes   metric.Int64Counter
 	duration metric.Float64Histogram
 	failures metric.Int64Counter
+	limit    metric.Int64Gauge
+	// limitSets are the route attribute sets of the limit gauge, one per
+	// route, built once: the relay reads its limits every round.
+	limitSets sync.Map // route -> metric.MeasurementOption
 }
 
 // NewRelayMetrics creates the relay's instruments on m's meter.
@@ -35,7 +40,20 @@ func (m *Metrics) NewRelayMetrics() (*RelayMetrics, error) {
 		metric.WithDescription("Failures of the relay's own work with the ledger, by stage: claim, sweep, reschedule.")); err != nil {
 		return nil, fmt.Errorf("telemetry: relay instruments: %w", err)
 	}
+	if r.limit, err = m.meter.Int64Gauge("ackgate.relay.concurrency",
+		metric.WithDescription("Outbox entries of a handoff route this replica relays at once at most, as its adaptive limit stands: it grows while the downstream keeps its latency and halves when it answers 429 or 503 or times out.")); err != nil {
+		return nil, fmt.Errorf("telemetry: relay instruments: %w", err)
+	}
 	return r, nil
+}
+
+// RelayLimit implements recovery.RelayRecorder.
+func (r *RelayMetrics) RelayLimit(ctx context.Context, route string, limit int) {
+	opt, ok := r.limitSets.Load(route)
+	if !ok {
+		opt, _ = r.limitSets.LoadOrStore(route, metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route))))
+	}
+	r.limit.Record(ctx, int64(limit), opt.(metric.RecordOption))
 }
 
 // Relayed implements recovery.RelayRecorder.
@@ -53,14 +71,16 @@ func (r *RelayMetrics) RelayFailed(ctx context.Context, stage string) {
 // OutboxDepth is one route's undelivered outbox entries as a background
 // count saw them (recovery.OutboxStat).
 type OutboxDepth struct {
-	Route  string
-	Depth  int64
-	Oldest time.Time
+	Route     string
+	Depth     int64
+	Oldest    time.Time
+	OldestDue time.Time
 }
 
 // ObserveOutbox registers the outbox gauges of the handoff routes, read
 // from snapshot at collection time: undelivered entries per route, the age
-// of the oldest, and the snapshot's own age. A scrape never queries the
+// of the oldest, the relay's lag (how long the oldest entry it may take has
+// been due), and the snapshot's own age. A scrape never queries the
 // ledger. Every replica counts the same outbox, so alert on max, not sum.
 func (m *Metrics) ObserveOutbox(routes []*gate.Route, snapshot func() (time.Time, []OutboxDepth)) error {
 	var handoff []string
@@ -79,6 +99,11 @@ func (m *Metrics) ObserveOutbox(routes []*gate.Route, snapshot func() (time.Time
 	}
 	oldest, err := m.meter.Float64ObservableGauge("ackgate.outbox.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest undelivered outbox entry per handoff route; 0 when there is none."))
+	if err != nil {
+		return fmt.Errorf("telemetry: outbox gauge: %w", err)
+	}
+	lag, err := m.meter.Float64ObservableGauge("ackgate.outbox.lag", metric.WithUnit("s"),
+		metric.WithDescription("How far the relay is behind per handoff route, as of the latest background count: how long the oldest outbox entry it may take (its operation open, its time come) had been due; 0 when none was due. A lag that keeps growing means the outbox fills faster than the relay drains it."))
 	if err != nil {
 		return fmt.Errorf("telemetry: outbox gauge: %w", err)
 	}
@@ -107,9 +132,17 @@ func (m *Metrics) ObserveOutbox(routes []*gate.Route, snapshot func() (time.Time
 				a = max(0, now.Sub(s.Oldest).Seconds())
 			}
 			o.ObserveFloat64(oldest, a, attrs)
+			// As of the count, not the scrape: the entry may have been
+			// relayed since, and a lag must not grow while nothing is
+			// counted.
+			var behind float64
+			if s.Depth > 0 && !s.OldestDue.IsZero() {
+				behind = max(0, at.Sub(s.OldestDue).Seconds())
+			}
+			o.ObserveFloat64(lag, behind, attrs)
 		}
 		return nil
-	}, depth, oldest, age)
+	}, depth, oldest, lag, age)
 	if err != nil {
 		return fmt.Errorf("telemetry: outbox gauge: %w", err)
 	}

@@ -37,6 +37,9 @@ type config struct {
 	// answering after MemDelay; MemN 0 skips it.
 	MemN, MemC int
 	MemDelay   time.Duration
+	// The handoff phase (handoff.go): HandoffN messages at C in flight to a
+	// handoff route; 0 skips it.
+	HandoffN int
 	// Warmup messages per system and phase, not measured.
 	Warmup int
 	// Shares of the messages that are also redelivered after their ack, and
@@ -89,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.C, "c", 16, "messages in flight in the main phase")
 	fs.IntVar(&c.N1, "n1", 2000, "messages per system at 1 in flight (0 skips the phase)")
 	fs.IntVar(&c.MemN, "mem-n", 5000, "messages to the gateway in the memory phase (0 skips it)")
+	fs.IntVar(&c.HandoffN, "handoff-n", 2000, "messages to the gateway's handoff route in the handoff phase, push path and relay side by side (0 skips it; not with -target)")
 	fs.IntVar(&c.MemC, "mem-c", 1000, "messages in flight in the memory phase")
 	fs.DurationVar(&c.MemDelay, "mem-delay", 100*time.Millisecond, "downstream answer delay in the memory phase")
 	fs.IntVar(&c.Warmup, "warmup", 200, "unmeasured messages per system before each phase")
@@ -148,6 +152,9 @@ func (c *config) validate() error {
 	}
 	if c.N1 < 0 || c.N1 > 1_000_000 {
 		bad("-n1 %d: want 0 to 1000000", c.N1)
+	}
+	if c.HandoffN < 0 || c.HandoffN > 1_000_000 {
+		bad("-handoff-n %d: want 0 to 1000000", c.HandoffN)
 	}
 	if c.MemN < 0 || c.MemN > 1_000_000 {
 		bad("-mem-n %d: want 0 to 1000000", c.MemN)

@@ -25,6 +25,8 @@ type downstream struct {
 	keyless  atomic.Int64 // calls without an Idempotency-Key
 	delay    atomic.Int64 // nanoseconds to wait before answering
 	resultID atomic.Int64
+	// mux takes further paths while it serves (handoff.go's).
+	mux *http.ServeMux
 }
 
 func startDownstream(addr string) (*downstream, error) {
@@ -35,6 +37,7 @@ func startDownstream(addr string) (*downstream, error) {
 	d := &downstream{url: "http://" + ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /effects", d.effect)
+	d.mux = mux
 	d.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { _ = d.srv.Serve(ln) }()
 	return d, nil

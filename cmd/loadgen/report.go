@@ -36,6 +36,7 @@ type report struct {
 	loadBefore        string
 	loadAfter         string
 	phases            []phaseResult
+	handoff           *handoffResult // nil when the phase did not run
 }
 
 func (r *report) phase(name string) (phaseResult, bool) {
@@ -120,6 +121,7 @@ func (r *report) print(w io.Writer) {
 	for _, p := range r.phases {
 		r.printPhase(w, p)
 	}
+	r.printHandoff(w)
 	r.printRatios(w)
 }
 

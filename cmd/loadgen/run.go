@@ -29,14 +29,17 @@ type bench struct {
 	dbName     string
 
 	gwDBName string // database whose transactions count as the gateway's; "" when unknown
-	gwBase   string
-	gwPID    int
-	gw       *gatewayProcess
-	redis    *redis.Client // the gateway's Redis, for commandstats; nil when unknown
-	redisPID int
+	// How the gateway was started, for the handoff phase's own gateway.
+	gwBin, gwServeURL, redisAddr string
+	gwBase                       string
+	gwPID                        int
+	gw                           *gatewayProcess
+	redis                        *redis.Client // the gateway's Redis, for commandstats; nil when unknown
+	redisPID                     int
 
-	down *downstream
-	fwd  *forwarder
+	down    *downstream
+	handoff *handoffEffects // the relay's calls at the downstream
+	fwd     *forwarder
 
 	cleanup []func(context.Context) error
 }
@@ -96,6 +99,14 @@ func execute(ctx context.Context, cfg config, stdout, stderr io.Writer) (*report
 			rep.phases = append(rep.phases, pr)
 		}
 	}
+	if cfg.HandoffN > 0 && b.gwBin != "" {
+		b.progress("handoff phase: %d messages at %d in flight", cfg.HandoffN, cfg.C)
+		hr, err := b.handoffPhase(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("handoff phase: %w", err)
+		}
+		rep.handoff = &hr
+	}
 	rep.finished = time.Now()
 	rep.loadAfter = loadAverage()
 	rep.print(stdout)
@@ -146,6 +157,8 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("downstream: %w", err)
 	}
 	b.onCleanup(b.down.close)
+	b.handoff = &handoffEffects{}
+	b.down.mux.HandleFunc("POST /handoff", b.handoff.handle)
 	b.fwd, err = startForwarder(b.down.url)
 	if err != nil {
 		return fmt.Errorf("forwarder: %w", err)
@@ -197,7 +210,8 @@ func (b *bench) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel, cfg.GatewayMemoryLimit)
+	b.gwBin, b.gwServeURL, b.redisAddr = bin, gwURL, redisAddr
+	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel, cfg.GatewayMemoryLimit, "")
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func TestShortRealRun(t *testing.T) {
 	cfg, err := parseFlags([]string{
 		"-n", "200", "-c", "4", "-n1", "20", "-mem-n", "100", "-mem-c", "50", "-mem-delay", "20ms",
 		"-warmup", "10", "-redeliver", "0.1", "-sns", "0.1", "-idle", "500ms", "-quiet",
-		"-gateway-memory-limit", "512MiB",
+		"-gateway-memory-limit", "512MiB", "-handoff-n", "60",
 	}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +128,15 @@ func TestShortRealRun(t *testing.T) {
 		t.Errorf("the memory phase runs the gateway alone, got %d systems", len(p.systems))
 	}
 
+	// The handoff phase: every push acked at the handoff, and every one of
+	// them then relayed to the downstream exactly once.
+	if h := rep.handoff; h == nil || h.push.acked != 60 || h.push.failed() != 0 || h.effects != 60 ||
+		h.acksPerSec() <= 0 || h.effectsPerSec() <= 0 || h.samples == 0 {
+		t.Errorf("handoff phase: %+v", h)
+	}
+
 	text := out.String()
-	for _, want := range []string{"== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
+	for _, want := range []string{"== handoff: 60 messages to a handoff route", "relay effects/s / push acks/s", "== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
 		"== memory with many in flight: 100 messages per system, 50 in flight", "== against the goals ==",
 		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message",
 		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS"} {

@@ -300,10 +300,11 @@ type gatewayProcess struct {
 // server, which refuses them.
 //
 // memoryLimit, when set, is the gateway's GATEWAY_MEMORY_LIMIT; it replaces
-// one from this process's environment.
-func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, downstreamURL, logLevel, memoryLimit string) (*gatewayProcess, error) {
+// one from this process's environment. extraRoutes are added to the routes
+// file (the handoff phase's gateway has its handoff route there).
+func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, downstreamURL, logLevel, memoryLimit, extraRoutes string) (*gatewayProcess, error) {
 	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte(routesYAML(downstreamURL)), 0o600); err != nil {
+	if err := os.WriteFile(routes, []byte(routesYAML(downstreamURL)+extraRoutes), 0o600); err != nil {
 		return nil, err
 	}
 	ingest, err := freeAddr()

@@ -208,7 +208,8 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
 		MaxClockSkew: s.MaxClockSkew, Now: o.Now, Poison: g.Poison,
-		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait, After: g.After,
+		MaxInFlight: s.MaxInFlight, MaxBodyBytesInFlight: s.MaxBodyBytesInFlight, AdmissionWait: s.AdmissionWait,
+		After: g.After,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
@@ -363,9 +364,14 @@ func (g *Gateway) relay(s config.Settings, routes []*gate.Route, tel *telemetry.
 		rm.Routes(routes)
 		recorder = rm
 	}
+	// The relay's passes go through a gate of their own whose effect calls
+	// feed each route's adaptive limit; everything else is the push path's.
+	limits := recovery.NewRelayLimits(routes, int(s.RelayConcurrency))
+	relayGate := *g.Gate
+	relayGate.Effects = limits.Observe(g.Gate.Effects)
 	if g.Relay, err = recovery.NewRelay(recovery.RelayOptions{
-		Outbox: g.Ledger, Relayer: g.Gate, Routes: routes, Poll: s.RelayPoll,
-		Concurrency: int(s.RelayConcurrency), Recorder: recorder, Logger: log, Now: now,
+		Outbox: g.Ledger, Relayer: &relayGate, Routes: routes, Poll: s.RelayPoll,
+		Concurrency: int(s.RelayConcurrency), Limits: limits, Recorder: recorder, Logger: log, Now: now,
 	}); err != nil {
 		return err
 	}
