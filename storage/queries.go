@@ -28,6 +28,7 @@ var schemaDDL, queries = splitSchema(schemaSQL)
 var (
 	claimSQL  = query("claim")
 	changeSQL = query("change")
+	rowSQL    = query("row")
 	answerSQL = query("answer")
 )
 

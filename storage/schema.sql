@@ -151,7 +151,13 @@ CREATE TRIGGER operations_begin BEFORE INSERT ON operations FOR EACH ROW
         OR (NEW.conflict_of IS NOT NULL AND NEW.fence = 0 AND NEW.state = 'conflicting'))))
     EXECUTE FUNCTION ackgate_refuse('AG001', 'an operation begins in pending_effect or terminal_failure under fence 1, a conflict record in conflicting');
 
-CREATE TRIGGER operations_identity_fixed BEFORE UPDATE ON operations FOR EACH ROW
+-- An operation's identity and first delivery are fixed. Like the fence's
+-- guard below, the trigger fires only for a statement that sets one of its
+-- columns: the ledger's own statements never set these, so they do not pay
+-- for the check, and any other writer that does is checked.
+CREATE TRIGGER operations_identity_fixed BEFORE UPDATE OF seq, id, created_at, route, tenant, key_source, key,
+        scope_key, fingerprint, fingerprint_version, conflict_of, shape, idempotency_key, trace_id, broker, source,
+        message_id, broker_attempt, publish_time ON operations FOR EACH ROW
     WHEN ((NEW.seq, NEW.id, NEW.created_at, NEW.route, NEW.tenant, NEW.key_source, NEW.key, NEW.scope_key,
            NEW.fingerprint, NEW.fingerprint_version, NEW.conflict_of, NEW.shape, NEW.idempotency_key,
            NEW.trace_id, NEW.broker, NEW.source, NEW.message_id, NEW.broker_attempt, NEW.publish_time)
@@ -163,7 +169,8 @@ CREATE TRIGGER operations_identity_fixed BEFORE UPDATE ON operations FOR EACH RO
 
 -- A fence only rises, and a new owner is a change off the common path,
 -- which the log keeps.
-CREATE TRIGGER operations_fence_rises BEFORE UPDATE ON operations FOR EACH ROW
+CREATE TRIGGER operations_fence_rises BEFORE UPDATE OF fence, log_count, delivery_count, attempt_count
+        ON operations FOR EACH ROW
     WHEN (NEW.fence < OLD.fence OR (NEW.fence <> OLD.fence AND NEW.log_count = 0)
           OR NEW.log_count < OLD.log_count OR NEW.delivery_count < OLD.delivery_count
           OR NEW.attempt_count < OLD.attempt_count)
@@ -686,6 +693,76 @@ SELECT CASE
         FROM operations s WHERE s.id = c.id), 'not_found')
     WHEN c.finish_n > 1 AND NOT EXISTS (SELECT 1 FROM finished f WHERE f.operation_id = c.id)
         THEN ackgate_refused('operation ' || c.id || ': no unfinished attempt ' || c.finish_n)
+    ELSE 'ok' END
+FROM c LEFT JOIN changed ch ON ch.id = c.id
+ORDER BY c.i;
+
+-- name: row
+-- The changes that write the operation's row alone (and its log, once it
+-- left the common path): the common path's evidence and ack mark, and any
+-- other change with no delivery, attempt, lease event, dead letter or
+-- intervention to record. It is the change statement's compare-and-set and
+-- assignments, restricted to what such a change sets, without the side
+-- tables' statements: the server prepares every statement of a query to
+-- run it, even those that write nothing, and on the common path that was
+-- the larger part of the change's cost. TestRowIsTheChangeStatement holds
+-- the two to the same rows and answers.
+WITH c AS (
+    SELECT * FROM unnest(
+        @i::integer[], @id::text[], @expect::text[], @fence::bigint[], @at::timestamptz[], @final::text[],
+        @steps::integer[], @logs::boolean[], @reason::text[], @settles::boolean[],
+        @lease_deadline::timestamptz[], @lease_extensions::integer[], @answer_n::integer[],
+        @answer_decision::text[], @answer_reason::text[], @finish_n::integer[], @finished_at::timestamptz[],
+        @finish_outcome::text[], @finish_status::integer[], @finish_result_id::text[], @finish_reason::text[],
+        @evidence::boolean[], @result_id::text[], @lane::text[], @acked::boolean[])
+        AS c(i, id, expect, fence, at, final, steps, logs, reason, settles, lease_deadline, lease_extensions,
+             answer_n, answer_decision, answer_reason, finish_n, finished_at, finish_outcome, finish_status,
+             finish_result_id, finish_reason, evidence, result_id, lane, acked)
+), changed AS (
+    UPDATE operations o SET
+        log_count = o.log_count + CASE WHEN c.logs OR o.log_count > 0 THEN c.steps ELSE 0 END,
+        waiting = CASE
+            WHEN coalesce(c.final, o.state) IN ('effect_indeterminate', 'terminal_failure') THEN coalesce(c.final, o.state)
+            WHEN coalesce(c.final, o.state) = 'acknowledged' THEN NULL
+            WHEN c.logs OR o.log_count > 0 THEN 'open'
+            ELSE o.waiting END,
+        lane = coalesce(c.lane, CASE WHEN coalesce(c.final, o.state) = 'effect_indeterminate' THEN o.lane ELSE '' END),
+        lease_deadline = CASE WHEN c.settles THEN c.lease_deadline ELSE o.lease_deadline END,
+        lease_extensions = CASE WHEN c.settles THEN c.lease_extensions ELSE o.lease_extensions END,
+        lease_lost_at = CASE WHEN c.settles THEN NULL ELSE o.lease_lost_at END,
+        a1_finished_at = CASE WHEN c.finish_n = 1 THEN c.finished_at ELSE o.a1_finished_at END,
+        a1_outcome = CASE WHEN c.finish_n = 1 THEN c.finish_outcome ELSE o.a1_outcome END,
+        a1_status = CASE WHEN c.finish_n = 1 THEN c.finish_status ELSE o.a1_status END,
+        a1_result_id = CASE WHEN c.finish_n = 1 THEN c.finish_result_id ELSE o.a1_result_id END,
+        a1_reason = CASE WHEN c.finish_n = 1 THEN c.finish_reason ELSE o.a1_reason END,
+        d1_decision = CASE WHEN c.answer_n = 1 AND o.d1_decision = '' THEN c.answer_decision ELSE o.d1_decision END,
+        d1_reason = CASE WHEN c.answer_n = 1 AND o.d1_decision = '' AND c.answer_reason <> '' THEN c.answer_reason
+            ELSE o.d1_reason END,
+        reason = coalesce(c.reason, o.reason),
+        result_id = CASE WHEN c.evidence THEN c.result_id ELSE o.result_id END,
+        evidence_at = CASE WHEN c.evidence THEN c.at ELSE o.evidence_at END,
+        state = coalesce(c.final, o.state),
+        acked_at = CASE WHEN c.acked THEN c.at ELSE o.acked_at END,
+        updated_at = c.at
+    FROM c
+    WHERE o.id = c.id AND o.conflict_of IS NULL AND o.state = c.expect AND o.fence = c.fence
+    RETURNING o.id, o.log_count
+), logged AS (
+    INSERT INTO transitions (operation_id, seq, from_state, to_state, at, fence, message_id, reason)
+    SELECT ch.id, ch.log_count - c.steps + s.k, s.from_state, s.to_state, c.at, c.fence, '', s.reason
+    FROM changed ch
+    JOIN c ON c.id = ch.id
+    JOIN unnest(@step_i::integer[], @step_k::integer[], @step_from::text[], @step_to::text[], @step_reason::text[])
+        AS s(i, k, from_state, to_state, reason) ON s.i = c.i
+    WHERE ch.log_count > 0
+)
+SELECT CASE
+    WHEN ch.id IS NULL THEN coalesce((
+        SELECT CASE
+            WHEN s.conflict_of IS NOT NULL THEN 'not_found'
+            WHEN s.fence <> c.fence THEN 'fenced'
+            ELSE 'state_changed' END
+        FROM operations s WHERE s.id = c.id), 'not_found')
     ELSE 'ok' END
 FROM c LEFT JOIN changed ch ON ch.id = c.id
 ORDER BY c.i;

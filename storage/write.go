@@ -282,32 +282,30 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 			return nil
 		})
 	}
-	if len(changes) > 0 {
-		byID(changes)
+	// A change that writes its row alone goes in the row statement; the
+	// others in the change statement, which also writes side rows.
+	var rows, others []int
+	for _, i := range changes {
+		if rowOnly(batch[i].change) {
+			rows = append(rows, i)
+		} else {
+			others = append(others, i)
+		}
+	}
+	for _, part := range []struct {
+		sql   string
+		idx   []int
+		named func(*changeArgs) pgx.StrictNamedArgs
+	}{{rowSQL, rows, (*changeArgs).rowNamed}, {changeSQL, others, (*changeArgs).named}} {
+		if len(part.idx) == 0 {
+			continue
+		}
+		byID(part.idx)
 		args := changeArgs{}
-		for k, i := range changes {
+		for k, i := range part.idx {
 			args.add(k, batch[i].change)
 		}
-		b.Queue(changeSQL, args.named()).Query(func(rows pgx.Rows) error {
-			k := 0
-			for rows.Next() {
-				var answer string
-				if err := rows.Scan(&answer); err != nil {
-					return err
-				}
-				if k < len(changes) {
-					results[changes[k]].err = answerError(answer)
-				}
-				k++
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if k != len(changes) {
-				return fmt.Errorf("%d answers for %d changes", k, len(changes))
-			}
-			return nil
-		})
+		queueChanges(b, part.sql, part.named(&args), part.idx, results)
 	}
 	if len(answers) > 0 {
 		byID(answers)
@@ -321,6 +319,31 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		return nil, err
 	}
 	return results, nil
+}
+
+// queueChanges queues one change statement (sql, with args) whose answers,
+// one row per change in order, are the errors of results[idx[k]].
+func queueChanges(b *pgx.Batch, sql string, args pgx.StrictNamedArgs, idx []int, results []jobResult) {
+	b.Queue(sql, args).Query(func(rows pgx.Rows) error {
+		k := 0
+		for rows.Next() {
+			var answer string
+			if err := rows.Scan(&answer); err != nil {
+				return err
+			}
+			if k < len(idx) {
+				results[idx[k]].err = answerError(answer)
+			}
+			k++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if k != len(idx) {
+			return fmt.Errorf("%d answers for %d changes", k, len(idx))
+		}
+		return nil
+	})
 }
 
 // rolledBack says whether err is the server's own refusal of a statement,
@@ -526,6 +549,22 @@ func common(c *gate.Change) bool {
 	return false
 }
 
+// rowOnly says whether c writes the operation's row (and its log) and no
+// side row: no claim or intervention (which replace the fence and may
+// record a delivery's fence, a reset or an intervention), no attempt begun
+// or looked up, no further delivery's answer or attempt's end, no lost
+// lease, no dead letter, no handoff. Those go in the row statement.
+func rowOnly(c *gate.Change) bool {
+	if c.Claim != nil || c.Intervene != nil || c.Start != nil || c.Lookup != nil || c.DeadLetter != nil ||
+		c.Kind == gate.ChangeHandoff {
+		return false
+	}
+	if st := c.Settle; st != nil {
+		return st.Lease.LostAt == nil && (st.Answer == nil || st.Answer.N <= 1) && (st.Finish == nil || st.Finish.N <= 1)
+	}
+	return true
+}
+
 func (a *changeArgs) add(k int, c *gate.Change) {
 	at := micro(orNow(c.At))
 	a.i = append(a.i, k)
@@ -691,6 +730,21 @@ func (a *changeArgs) named() pgx.StrictNamedArgs {
 		"next_check_at": a.nextCheckAt, "checks": a.checks, "dead_reason": a.deadReason,
 		"intervention": a.intervention, "actor": a.actor, "intervention_reason": a.interventionReason,
 		"intervention_result_id": a.interventionResultID, "reset": a.reset,
+		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.stepFrom, "step_to": a.stepTo,
+		"step_reason": a.stepReason,
+	}
+}
+
+// rowNamed is a's arrays that the row statement reads.
+func (a *changeArgs) rowNamed() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"i": a.i, "id": a.id, "expect": a.expect, "fence": a.fence, "at": a.at, "final": a.final,
+		"steps": a.steps, "logs": a.logs, "reason": a.reason, "settles": a.settles,
+		"lease_deadline": a.leaseDeadline, "lease_extensions": a.leaseExtensions, "answer_n": a.answerN,
+		"answer_decision": a.answerDecision, "answer_reason": a.answerReason, "finish_n": a.finishN,
+		"finished_at": a.finishedAt, "finish_outcome": a.finishOutcome, "finish_status": a.finishStatus,
+		"finish_result_id": a.finishResultID, "finish_reason": a.finishReason, "evidence": a.evidence,
+		"result_id": a.resultID, "lane": a.lane, "acked": a.acked,
 		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.stepFrom, "step_to": a.stepTo,
 		"step_reason": a.stepReason,
 	}

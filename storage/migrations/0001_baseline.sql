@@ -142,7 +142,13 @@ CREATE TRIGGER operations_begin BEFORE INSERT ON operations FOR EACH ROW
         OR (NEW.conflict_of IS NOT NULL AND NEW.fence = 0 AND NEW.state = 'conflicting'))))
     EXECUTE FUNCTION ackgate_refuse('AG001', 'an operation begins in pending_effect or terminal_failure under fence 1, a conflict record in conflicting');
 
-CREATE TRIGGER operations_identity_fixed BEFORE UPDATE ON operations FOR EACH ROW
+-- An operation's identity and first delivery are fixed. Like the fence's
+-- guard below, the trigger fires only for a statement that sets one of its
+-- columns: the ledger's own statements never set these, so they do not pay
+-- for the check, and any other writer that does is checked.
+CREATE TRIGGER operations_identity_fixed BEFORE UPDATE OF seq, id, created_at, route, tenant, key_source, key,
+        scope_key, fingerprint, fingerprint_version, conflict_of, shape, idempotency_key, trace_id, broker, source,
+        message_id, broker_attempt, publish_time ON operations FOR EACH ROW
     WHEN ((NEW.seq, NEW.id, NEW.created_at, NEW.route, NEW.tenant, NEW.key_source, NEW.key, NEW.scope_key,
            NEW.fingerprint, NEW.fingerprint_version, NEW.conflict_of, NEW.shape, NEW.idempotency_key,
            NEW.trace_id, NEW.broker, NEW.source, NEW.message_id, NEW.broker_attempt, NEW.publish_time)
@@ -154,7 +160,8 @@ CREATE TRIGGER operations_identity_fixed BEFORE UPDATE ON operations FOR EACH RO
 
 -- A fence only rises, and a new owner is a change off the common path,
 -- which the log keeps.
-CREATE TRIGGER operations_fence_rises BEFORE UPDATE ON operations FOR EACH ROW
+CREATE TRIGGER operations_fence_rises BEFORE UPDATE OF fence, log_count, delivery_count, attempt_count
+        ON operations FOR EACH ROW
     WHEN (NEW.fence < OLD.fence OR (NEW.fence <> OLD.fence AND NEW.log_count = 0)
           OR NEW.log_count < OLD.log_count OR NEW.delivery_count < OLD.delivery_count
           OR NEW.attempt_count < OLD.attempt_count)
