@@ -141,6 +141,8 @@ type Sim struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	outcomes []Outcome
+	settled  []bool
+	pending  int
 	stats    Stats
 }
 
@@ -171,6 +173,8 @@ func (s *Sim) Publish(ctx context.Context, m Message) int {
 	s.mu.Lock()
 	h := len(s.outcomes)
 	s.outcomes = append(s.outcomes, Outcome{})
+	s.settled = append(s.settled, false)
+	s.pending++
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -178,6 +182,8 @@ func (s *Sim) Publish(ctx context.Context, m Message) int {
 		out := s.deliverUntilSettled(ctx, m)
 		s.mu.Lock()
 		s.outcomes[h] = out
+		s.settled[h] = true
+		s.pending--
 		switch {
 		case out.Acked:
 			s.stats.Acked++
@@ -200,6 +206,22 @@ func (s *Sim) Outcome(h int) Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.outcomes[h]
+}
+
+// Settled returns the outcome of the message with handle h, and whether it
+// is settled yet (acked, dead-lettered or abandoned); it may be called at
+// any time.
+func (s *Sim) Settled(h int) (Outcome, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outcomes[h], s.settled[h]
+}
+
+// Unsettled counts the published messages not settled yet.
+func (s *Sim) Unsettled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
 }
 
 // Stats returns the counts so far.
