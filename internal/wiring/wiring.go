@@ -176,7 +176,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if g.Pool, err = openPool(ctx, s.DatabaseURL, log, storage.WithTracing(tel.TracerProvider)); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	g.Redis = redis.NewUniversalClient(ropts)
+	g.Redis = RedisClient(ropts)
 	probeRedis(ctx, g.Redis, log)
 	// Without the caller's file and line (a stack walk per command) and the
 	// command text (keys and owner tokens, formatted per command whether or
