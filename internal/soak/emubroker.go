@@ -22,6 +22,8 @@ import (
 // emulator behind the soak's own load balancer.
 type broker interface {
 	Publish(ctx context.Context, m pushsim.Message) int
+	// Timeline is every push's answer with its time.
+	Timeline() []pushsim.Answer
 	// Settled returns a publication's outcome and whether the broker is
 	// done with it.
 	Settled(h int) (pushsim.Outcome, bool)
@@ -83,6 +85,7 @@ type emuBroker struct {
 	stats   pushsim.Stats
 	// withAttempt counts pushes whose envelope carried deliveryAttempt.
 	withAttempt int
+	timeline    []pushsim.Answer
 }
 
 type emuConfig struct {
@@ -224,6 +227,7 @@ func (b *emuBroker) forward(w http.ResponseWriter, r *http.Request) {
 	status, timedOut := b.post(r.Context(), target+r.URL.Path, body)
 	b.mu.Lock()
 	b.stats.Deliveries++
+	b.timeline = append(b.timeline, pushsim.Answer{At: time.Now(), Status: status})
 	switch {
 	case status != 0:
 		b.stats.Statuses[status]++
@@ -374,6 +378,13 @@ func (b *emuBroker) held(ctx context.Context, ackDeadline time.Duration) ([]int,
 		}
 	}
 	return out, nil
+}
+
+// Timeline returns every push's answer so far, in order.
+func (b *emuBroker) Timeline() []pushsim.Answer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]pushsim.Answer(nil), b.timeline...)
 }
 
 // pushesWithAttempt counts pushes whose envelope carried deliveryAttempt.

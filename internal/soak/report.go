@@ -113,6 +113,29 @@ func (r *Report) Print(w io.Writer) {
 	line("handoff found by lookup", "%d", v.HandoffByLookup)
 	line("handoff lost answer, same-key retry", "%d", v.HandoffByDedupe)
 
+	if len(r.Events) > 0 {
+		fmt.Fprintln(w, "events (what each cost, until the next one or the end, at most 2m)")
+		for _, e := range r.Events {
+			took := e.End.Sub(e.Start).Round(time.Millisecond)
+			status := "done"
+			if e.Err != "" {
+				status = "FAILED: " + e.Err
+			}
+			fmt.Fprintf(w, "  %s (at +%s, took %s, %s)\n", e.Name, e.Start.Sub(r.Started).Round(time.Second), took, status)
+			nacks := "none"
+			if e.Nacked > 0 {
+				nacks = fmt.Sprintf("%d, from +%s to +%s after it began (%s)", e.Nacked,
+					e.FirstNack.Round(10*time.Millisecond), e.LastNack.Round(10*time.Millisecond), statuses(e.NackedStatuses))
+			}
+			line("    deliveries not acked", "%s", nacks)
+			line("    acked again from", "+%s (%d nacked until then, %d later)", e.Recovered.Round(10*time.Millisecond),
+				e.NackedBefore, e.Nacked-e.NackedBefore)
+			line("    deliveries acked", "%d in %s", e.Acked, e.Window.Round(time.Second))
+			for g, d := range e.Unready {
+				line(fmt.Sprintf("    gateway %d /readyz not 200", g+1), "%s", d)
+			}
+		}
+	}
 	fmt.Fprintln(w, "invariants (each must be 0)")
 	for _, inv := range v.Invariants() {
 		line(inv.Name, "%d", inv.Count)

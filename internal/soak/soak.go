@@ -129,6 +129,56 @@ type Config struct {
 	RelayDrain time.Duration
 	// Progress receives a line per fault and a status line now and then.
 	Progress io.Writer
+
+	// What a failover drill (cmd/drill) changes.
+	//
+	// Redis, when set, is the gateways' Redis settings (GATEWAY_REDIS_URL,
+	// _ADDRS, _MASTER_NAME, _CLUSTER) for a Sentinel or a Cluster the
+	// caller runs: the soak starts no Redis then, and restarts none.
+	Redis map[string]string
+	// GatewayEnv is added to both gateways' settings.
+	GatewayEnv map[string]string
+	// Hosts are the addresses the soak's own services listen on and the
+	// gateways reach them at, each 127.0.0.1 when empty: apart, so that a
+	// partition can cut one and not the others.
+	Hosts Hosts
+	// Placement puts each gateway somewhere else than this host's loopback:
+	// a command prefix (ip netns exec NAME) and the host its listeners bind.
+	Placement [2]Placement
+	// Events are the caller's faults, each run once when publication
+	// reaches its share. With events the run records every push answer and
+	// each gateway's readiness, and reports what each event cost.
+	Events []Event
+	// OnReady, when set, is told where everything listens once the run is
+	// set up, before publication starts: what an event needs to aim at.
+	OnReady func(Services)
+}
+
+// Services is where a run's parts listen.
+type Services struct {
+	// Redis is the soak's own Redis (host:port), "" with Config.Redis.
+	Redis string
+	// Postgres is the ledger's database URL; Downstream the effects'
+	// base URL; Gateways each gateway's ingest address.
+	Postgres, Downstream string
+	Gateways             []string
+}
+
+// Hosts are where the soak's own services listen.
+type Hosts struct{ Downstream, Redis, Postgres string }
+
+// Placement is where one gateway runs.
+type Placement struct {
+	Prefix []string
+	Host   string
+}
+
+// Event is a fault of the caller's.
+type Event struct {
+	// At is the share of publication after which it runs (0 to 1).
+	At   float64
+	Name string
+	Run  func(ctx context.Context) error
 }
 
 // DefaultConfig is the full soak behind `make soak`.
@@ -168,6 +218,8 @@ func (c *Config) validate() error {
 		return errors.New("fault counts cannot be negative")
 	case c.PostgresRestarts > 0 && c.Postgres != PrivatePostgres:
 		return errors.New("restarting Postgres needs the private cluster (-postgres private): a shared server is not the soak's to restart")
+	case c.RedisRestarts > 0 && c.Redis != nil:
+		return errors.New("restarting Redis needs the soak's own: a given Redis is not the soak's to restart")
 	case c.Gateway == "":
 		return errors.New("no gateway binary given")
 	case c.Timeout <= 0:
@@ -382,8 +434,12 @@ type Report struct {
 	// run was done with them.
 	PushesWithAttempt, Held int
 	Operator                OperatorStats
-	Downstream              []faultydown.EndpointRecord
-	Verdict                 Verdict
+	// Started is when the run began. Events are the caller's faults as
+	// they ran, and what each cost.
+	Started    time.Time
+	Events     []EventRecord
+	Downstream []faultydown.EndpointRecord
+	Verdict    Verdict
 	// KeptDir holds the logs when the run did not pass.
 	KeptDir string
 }
@@ -537,6 +593,7 @@ func (r *runner) logFile(name string) (*os.File, error) {
 
 func (r *runner) setUp(ctx context.Context) error {
 	r.start = time.Now()
+	r.report.Started = r.start
 	r.dir = r.cfg.WorkDir
 	if r.dir == "" {
 		d, err := os.MkdirTemp("", "ackgate-soak-")
@@ -558,7 +615,7 @@ func (r *runner) setUp(ctx context.Context) error {
 		}
 	}
 	r.down = faultydown.New(eps, f, r.cfg.Broken, r.cfg.Seed)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(orLoopback(r.cfg.Hosts.Downstream), "0"))
 	if err != nil {
 		return err
 	}
@@ -567,20 +624,24 @@ func (r *runner) setUp(ctx context.Context) error {
 	r.closers = append(r.closers, func() { srv.Close() })
 	r.downURL = "http://" + ln.Addr().String()
 
-	redisLog, err := r.logFile("redis.log")
-	if err != nil {
-		return err
-	}
-	bin := r.cfg.RedisServer
-	if bin == "" {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			bin = "/usr/bin/redis-server"
+	redisSettings := r.cfg.Redis
+	if redisSettings == nil {
+		redisLog, err := r.logFile("redis.log")
+		if err != nil {
+			return err
 		}
+		bin := r.cfg.RedisServer
+		if bin == "" {
+			if bin, err = exec.LookPath("redis-server"); err != nil {
+				bin = "/usr/bin/redis-server"
+			}
+		}
+		if r.redis, err = startRedis(ctx, bin, orLoopback(r.cfg.Hosts.Redis), filepath.Join(r.dir, "redis"), redisLog); err != nil {
+			return err
+		}
+		r.closers = append(r.closers, r.redis.stop)
+		redisSettings = map[string]string{"GATEWAY_REDIS_URL": "redis://" + r.redis.addr() + "/0"}
 	}
-	if r.redis, err = startRedis(ctx, bin, filepath.Join(r.dir, "redis"), redisLog); err != nil {
-		return err
-	}
-	r.closers = append(r.closers, r.redis.stop)
 
 	if r.cfg.Postgres == PrivatePostgres {
 		binDir, err := pgBinDir(r.cfg.PGBinDir)
@@ -591,7 +652,7 @@ func (r *runner) setUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if r.pg, err = startPostgres(ctx, binDir, pgLog); err != nil {
+		if r.pg, err = startPostgres(ctx, binDir, orLoopback(r.cfg.Hosts.Postgres), pgLog); err != nil {
 			return err
 		}
 		r.closers = append(r.closers, r.pg.cleanup)
@@ -612,7 +673,6 @@ func (r *runner) setUp(ctx context.Context) error {
 	}
 	settings := map[string]string{
 		"GATEWAY_DATABASE_URL":     r.dbURL,
-		"GATEWAY_REDIS_URL":        "redis://" + r.redis.addr() + "/0",
 		"GATEWAY_ROUTES_FILE":      routesFile,
 		"GATEWAY_ADMIN_TOKEN":      "soak-admin-token-0123456789",
 		"GATEWAY_SHUTDOWN_TIMEOUT": "15s",
@@ -622,6 +682,11 @@ func (r *runner) setUp(ctx context.Context) error {
 		// within the defaults' pace.
 		"GATEWAY_RELAY_POLL":     "100ms",
 		"GATEWAY_RECONCILE_POLL": "500ms",
+	}
+	for _, m := range []map[string]string{redisSettings, r.cfg.GatewayEnv} {
+		for k, v := range m {
+			settings[k] = v
+		}
 	}
 	if err := runGateway(ctx, r.cfg.Gateway, gatewayEnv(settings), "migrate"); err != nil {
 		return err
@@ -639,9 +704,13 @@ func (r *runner) setUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		host := r.cfg.Placement[i].Host
+		if host == "" {
+			host = "127.0.0.1"
+		}
 		s := map[string]string{
-			"GATEWAY_LISTEN_ADDR": "127.0.0.1:" + strconv.Itoa(listen),
-			"GATEWAY_ADMIN_ADDR":  "127.0.0.1:" + strconv.Itoa(admin),
+			"GATEWAY_LISTEN_ADDR": net.JoinHostPort(host, strconv.Itoa(listen)),
+			"GATEWAY_ADMIN_ADDR":  net.JoinHostPort(host, strconv.Itoa(admin)),
 			"GATEWAY_INSTANCE_ID": fmt.Sprintf("soak-gateway-%d", i+1),
 		}
 		for k, v := range settings {
@@ -651,7 +720,8 @@ func (r *runner) setUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		g := &gatewayProc{name: fmt.Sprintf("gateway %d", i+1), bin: r.cfg.Gateway, env: gatewayEnv(s), listen: s["GATEWAY_LISTEN_ADDR"], log: log}
+		g := &gatewayProc{name: fmt.Sprintf("gateway %d", i+1), bin: r.cfg.Gateway, prefix: r.cfg.Placement[i].Prefix,
+			env: gatewayEnv(s), listen: s["GATEWAY_LISTEN_ADDR"], log: log}
 		if err := g.start(ctx); err != nil {
 			return err
 		}
@@ -670,13 +740,33 @@ func (r *runner) setUp(ctx context.Context) error {
 	if err := r.startBroker(ctx, endpoints); err != nil {
 		return err
 	}
-	pg := "the given database"
+	if r.cfg.OnReady != nil {
+		sv := Services{Postgres: r.dbURL, Downstream: r.downURL}
+		if r.redis != nil {
+			sv.Redis = r.redis.addr()
+		}
+		for _, g := range r.gateways {
+			sv.Gateways = append(sv.Gateways, g.listen)
+		}
+		r.cfg.OnReady(sv)
+	}
+	pg, rds := "the given database", "the given one"
 	if r.pg != nil {
 		pg = "a private cluster"
 	}
+	if r.redis != nil {
+		rds = r.redis.addr()
+	}
 	r.progress("ready: 2 gateways, broker %s, redis %s, postgres %s, downstream %s, work dir %s",
-		r.cfg.Broker, r.redis.addr(), pg, r.downURL, r.dir)
+		r.cfg.Broker, rds, pg, r.downURL, r.dir)
 	return nil
+}
+
+func orLoopback(host string) string {
+	if host != "" {
+		return host
+	}
+	return "127.0.0.1"
 }
 
 func (r *runner) startBroker(ctx context.Context, endpoints []string) error {
@@ -686,6 +776,7 @@ func (r *runner) startBroker(ctx context.Context, endpoints []string) error {
 			MinBackoff: r.cfg.MinBackoff, MaxBackoff: r.cfg.MaxBackoff, MaxDeliveryAttempts: r.cfg.MaxDeliveryAttempts,
 			DuplicateRate: r.cfg.DuplicateRate, RedeliverAfterAckRate: r.cfg.RedeliverAfterAckRate,
 			RedeliverAfterAckDelay: 2 * time.Second, Concurrency: r.cfg.Concurrency, Seed: r.cfg.Seed,
+			Timeline: len(r.cfg.Events) > 0,
 		})
 		if err != nil {
 			return err
@@ -803,6 +894,8 @@ func (r *runner) plan() []planned {
 type faultEvent struct {
 	at   float64
 	kind string
+	// event indexes Config.Events for kind "event".
+	event int
 }
 
 // faultPlan spreads each kind of fault evenly over publication, the Redis
@@ -812,13 +905,13 @@ func faultPlan(kills, redis, pg int) []faultEvent {
 	half := 1 / float64(2*(total+1))
 	var ev []faultEvent
 	for i := range kills {
-		ev = append(ev, faultEvent{float64(i+1) / float64(kills+1), "kill"})
+		ev = append(ev, faultEvent{at: float64(i+1) / float64(kills+1), kind: "kill"})
 	}
 	for i := range redis {
-		ev = append(ev, faultEvent{float64(i+1)/float64(redis+1) + half, "redis"})
+		ev = append(ev, faultEvent{at: float64(i+1)/float64(redis+1) + half, kind: "redis"})
 	}
 	for i := range pg {
-		ev = append(ev, faultEvent{float64(i+1)/float64(pg+1) - half, "postgres"})
+		ev = append(ev, faultEvent{at: float64(i+1)/float64(pg+1) - half, kind: "postgres"})
 	}
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
 	return ev
@@ -845,6 +938,12 @@ func (r *runner) drive(ctx context.Context) error {
 		stopOperator = r.operator.run(ctx, r.cfg.OperatorEvery)
 	}
 	defer func() { stopOperator() }()
+	var ready *readiness
+	if len(r.cfg.Events) > 0 {
+		var stopWatch func()
+		ready, stopWatch = r.watchReadiness(ctx)
+		defer stopWatch()
+	}
 
 	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
 	begin := time.Now()
@@ -874,6 +973,11 @@ func (r *runner) drive(ctx context.Context) error {
 		r.awaitSettled(ctx, deadline)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("run did not finish: %w", err)
+		}
+		if round == 0 && len(r.cfg.Events) > 0 {
+			r.mu.Lock()
+			costs(r.report.Events, r.broker.Timeline(), ready, time.Now())
+			r.mu.Unlock()
 		}
 		if r.cfg.OperatorEvery <= 0 {
 			break
@@ -991,7 +1095,12 @@ func (r *runner) statusLines(ctx context.Context, published *atomic.Int64, total
 
 func (r *runner) injectFaults(ctx context.Context, published *atomic.Int64) error {
 	kills := 0
-	for _, ev := range faultPlan(r.cfg.Kills, r.cfg.RedisRestarts, r.cfg.PostgresRestarts) {
+	plan := faultPlan(r.cfg.Kills, r.cfg.RedisRestarts, r.cfg.PostgresRestarts)
+	for i, e := range r.cfg.Events {
+		plan = append(plan, faultEvent{at: e.At, kind: "event", event: i})
+	}
+	sort.SliceStable(plan, func(i, j int) bool { return plan[i].at < plan[j].at })
+	for _, ev := range plan {
 		target := int64(ev.at * float64(r.cfg.Messages))
 		for published.Load() < target {
 			select {
@@ -1024,6 +1133,21 @@ func (r *runner) injectFaults(ctx context.Context, published *atomic.Int64) erro
 			}
 			r.report.RedisRestarts++
 			r.progress("Redis is back, empty")
+		case "event":
+			e := r.cfg.Events[ev.event]
+			r.progress("event: %s", e.Name)
+			rec := EventRecord{Name: e.Name, Start: time.Now()}
+			err := e.Run(ctx)
+			rec.End = time.Now()
+			if err != nil {
+				rec.Err = err.Error()
+				r.progress("event %s failed: %v", e.Name, err)
+			} else {
+				r.progress("event %s done in %s", e.Name, rec.End.Sub(rec.Start).Round(time.Millisecond))
+			}
+			r.mu.Lock()
+			r.report.Events = append(r.report.Events, rec)
+			r.mu.Unlock()
 		case "postgres":
 			r.progress("crashing Postgres (immediate shutdown) and starting it again")
 			if err := r.pg.restart(ctx); err != nil {

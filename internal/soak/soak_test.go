@@ -138,7 +138,7 @@ func TestRedisRestartLosesItsData(t *testing.T) {
 		bin = "/usr/bin/redis-server"
 	}
 	var log testenv.SyncBuffer
-	r, err := startRedis(ctx, bin, t.TempDir(), &log)
+	r, err := startRedis(ctx, bin, "127.0.0.1", t.TempDir(), &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestPrivatePostgresSurvivesACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pg, err := startPostgres(ctx, binDir, f)
+	pg, err := startPostgres(ctx, binDir, "127.0.0.1", f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,16 @@ type Config struct {
 	// Concurrency caps push requests in flight.
 	Concurrency int
 	Seed        uint64
+	// Timeline keeps every push's answer with its time (Timeline), for
+	// measuring what a fault cost.
+	Timeline bool
+}
+
+// Answer is one push request's end: when, and its status (0 for a timeout
+// or a broken connection).
+type Answer struct {
+	At     time.Time
+	Status int
 }
 
 func (c *Config) validate() error {
@@ -144,6 +154,7 @@ type Sim struct {
 	settled  []bool
 	pending  int
 	stats    Stats
+	timeline []Answer
 }
 
 // New returns a simulator; Publish starts delivering.
@@ -222,6 +233,14 @@ func (s *Sim) Unsettled() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pending
+}
+
+// Timeline returns every answer so far, in the order they came (with
+// Config.Timeline).
+func (s *Sim) Timeline() []Answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Answer(nil), s.timeline...)
 }
 
 // Stats returns the counts so far.
@@ -357,6 +376,9 @@ func (s *Sim) push(ctx context.Context, url string, body []byte) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Deliveries++
+	if s.cfg.Timeline {
+		s.timeline = append(s.timeline, Answer{At: time.Now(), Status: status})
+	}
 	switch {
 	case status != 0:
 		s.stats.Statuses[status]++
