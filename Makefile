@@ -154,7 +154,8 @@ bench-purge: services build
 	$(BIN_DIR)/purgebench $(PURGEBENCH_FLAGS)
 
 # Two gateway processes on a private Postgres cluster and a private Redis,
-# driven by a Pub/Sub push simulator against a faulty downstream, with
+# driven by a Pub/Sub push simulator (or Google's emulator:
+# SOAK_FLAGS='-broker emulator') against a faulty downstream, with
 # SIGKILLs, Redis restarts that lose its data and a Postgres crash. Exits
 # non-zero when an invariant is not 0. `make test` runs a short soak instead
 # (TestShortSoak in internal/soak). Extra flags: SOAK_FLAGS (bin/soak -h).

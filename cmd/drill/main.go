@@ -153,7 +153,7 @@ func summaryLine(stage string, e soak.EventRecord) string {
 	}
 	unready := make([]string, len(e.Unready))
 	for i, d := range e.Unready {
-		unready[i] = d.String()
+		unready[i] = d.Round(100 * time.Millisecond).String()
 	}
 	status := ""
 	if e.Err != "" {

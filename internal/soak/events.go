@@ -29,9 +29,10 @@ type EventRecord struct {
 	LastNack       time.Duration // after Start
 	NackedStatuses map[int]int
 	// Recovered is when, after Start, deliveries were acked again: the
-	// first moment from which the next two seconds hold acks and no nack.
-	// NackedBefore counts the nacks until then; the rest came later, from
-	// single operations (a parked one nacked until it is settled).
+	// first moment after a nack from which the next two seconds hold acks
+	// and no nack (0 when nothing was nacked). NackedBefore counts the
+	// nacks until then; the rest came later, from single operations (a
+	// parked one nacked until it is settled).
 	Recovered    time.Duration
 	NackedBefore int
 	// Unready is, per gateway, how long /readyz did not answer 200 within
@@ -46,9 +47,11 @@ const maxWindow = 2 * time.Minute
 // recovered.
 const settledFor = 2 * time.Second
 
-// recovered is the first moment after start from which the answers of the
-// next settledFor hold at least one ack and no nack, as a time after start;
-// the whole window when there is none.
+// recovered is the first moment just after a nack from which the answers
+// of the next settledFor hold at least one ack and no nack, as a time after
+// start; 0 when nothing was nacked, the whole window when it never holds.
+// It starts from the nacks because a failover's effect may begin a while
+// after the event does (a switchover takes a second to demote).
 func recovered(answers []pushsim.Answer, start, end time.Time) time.Duration {
 	var in []pushsim.Answer
 	for _, a := range answers {
@@ -57,8 +60,7 @@ func recovered(answers []pushsim.Answer, start, end time.Time) time.Duration {
 		}
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].At.Before(in[j].At) })
-	// Candidates are start itself and each moment just after a nack.
-	cands := []time.Time{start}
+	var cands []time.Time
 	for _, a := range in {
 		if !pushsim.IsAck(a.Status) {
 			cands = append(cands, a.At.Add(time.Nanosecond))
@@ -79,6 +81,9 @@ func recovered(answers []pushsim.Answer, start, end time.Time) time.Duration {
 		if nacks == 0 && acks > 0 {
 			return t.Sub(start)
 		}
+	}
+	if len(cands) == 0 {
+		return 0
 	}
 	return end.Sub(start)
 }

@@ -54,3 +54,26 @@ func TestEventCosts(t *testing.T) {
 		t.Fatalf("second event: %+v", b)
 	}
 }
+
+// A failover whose effect begins a while after the event (a switchover
+// demotes after a second) recovers after its nacks, not at its start; an
+// event nothing nacked after recovered at once.
+func TestRecoveredStartsFromTheNacks(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var answers []pushsim.Answer
+	for ms := 0; ms < 1200; ms += 100 {
+		answers = append(answers, pushsim.Answer{At: at(ms), Status: 204})
+	}
+	answers = append(answers, pushsim.Answer{At: at(1300), Status: 503}, pushsim.Answer{At: at(2500), Status: 503})
+	for ms := 2600; ms < 6000; ms += 100 {
+		answers = append(answers, pushsim.Answer{At: at(ms), Status: 204})
+	}
+	if got := recovered(answers, t0, at(6000)); got != 2500*time.Millisecond+time.Nanosecond {
+		t.Fatalf("recovered +%s, want just after the last nack at +2.5s", got)
+	}
+	if got := recovered(answers[:10], t0, at(6000)); got != 0 {
+		t.Fatalf("recovered +%s with nothing nacked, want 0", got)
+	}
+}

@@ -132,7 +132,7 @@ func (r *Report) Print(w io.Writer) {
 				e.NackedBefore, e.Nacked-e.NackedBefore)
 			line("    deliveries acked", "%d in %s", e.Acked, e.Window.Round(time.Second))
 			for g, d := range e.Unready {
-				line(fmt.Sprintf("    gateway %d /readyz not 200", g+1), "%s", d)
+				line(fmt.Sprintf("    gateway %d /readyz not 200", g+1), "%s", d.Round(10*time.Millisecond))
 			}
 		}
 	}
