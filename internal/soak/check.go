@@ -118,6 +118,15 @@ type Accounting struct {
 	// ConfirmedUnacked: the effect is confirmed with evidence but the broker
 	// gave up before an ack reached it.
 	ConfirmedUnacked int
+	// AckedUnrecorded: acked, while no delivery in the ledger carries this
+	// publication, and a twin (another publication of the same route, key
+	// and payload) is on a record that justifies the ack: confirmed with
+	// the downstream's effect for that payload, or dead-lettered. A
+	// delivery answered from an operation's existing evidence is recorded
+	// after the answer, best effort: a publisher's duplicate (its own
+	// message id and trace) answered while Postgres is down, or just
+	// before the gateway dies, is acked rightly and recorded nowhere.
+	AckedUnrecorded int
 	// Orphans are ledger records no published message's delivery points at.
 	Orphans int
 
@@ -279,6 +288,12 @@ func Check(in Inputs) Verdict {
 
 	linked := map[string]bool{}
 	groups := map[string][]Intent{}
+	twins := map[string]string{} // route, key and payload -> a record one of its publications is on
+	for _, it := range in.Intents {
+		if ids := slices.Compact(slices.Sorted(slices.Values(in.TraceOps[it.TraceID]))); len(ids) == 1 {
+			twins[it.Route+" "+it.MessageID+" "+it.BodySHA256] = ids[0]
+		}
+	}
 	for _, it := range in.Intents {
 		groups[it.Route+" "+it.MessageID] = append(groups[it.Route+" "+it.MessageID], it)
 		ids := slices.Compact(slices.Sorted(slices.Values(in.TraceOps[it.TraceID])))
@@ -290,7 +305,9 @@ func Check(in Inputs) Verdict {
 			conflicts.add("intent "+it.name(), "%s was answered from %d records: %s", it.name(), len(ids), strings.Join(ids, ", "))
 			continue
 		case len(ids) == 0 || in.Ops[ids[0]].ID == "":
-			if it.Acked {
+			if it.Acked && twinJustifies(in.Ops[twins[it.Route+" "+it.MessageID+" "+it.BodySHA256]], it, byKey) {
+				v.AckedUnrecorded++
+			} else if it.Acked {
 				noEffect.add("intent "+it.name(), "%s acked, and the ledger has no record of it", it.name())
 			} else {
 				lost.add("intent "+it.name(), "%s: the ledger has no record of it", it.name())
@@ -503,6 +520,19 @@ func handedOff(v *Verdict, it Intent, op LedgerOp, byKey map[string][]Effect, no
 	default:
 		lost.add("intent "+it.name(), "%s: handed off, ledger %s is in state %q", it.name(), op.ID, op.State)
 	}
+}
+
+// twinJustifies reports whether op, the record of another publication of
+// its route, key and payload, justifies acking it: confirmed with the
+// downstream's effect for that payload, or dead-lettered.
+func twinJustifies(op LedgerOp, it Intent, byKey map[string][]Effect) bool {
+	switch {
+	case op.ID == "":
+		return false
+	case slices.Contains(confirmedStates, op.State):
+		return appliedFor(byKey[op.Route+" "+op.IdempotencyKey], op.ResultID, it.BodySHA256)
+	}
+	return op.DeadLetter != "" && (op.State == "terminal_failure" || op.State == "conflicting")
 }
 
 // appliedFor reports whether one of a key's effects carries the result id and

@@ -199,6 +199,10 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"a local row whose operation is terminal", func(in *Inputs) {
 			in.LocalRows = append(in.LocalRows, LocalRow{Route: "loc", ID: "3", Key: "ikl2", OperationID: "ol2", BodySHA256: "sl2"})
 		}, "local rows without evidence", ""},
+		{"a duplicate acked with no record, and its twin's record not confirmed", func(in *Inputs) {
+			in.Intents = append(append([]Intent(nil), in.Intents...),
+				Intent{Route: "unsafe", MessageID: "m6", TraceID: "t6-dup", BodySHA256: "s6", Acked: true})
+		}, "acks without an effect", ""},
 		{"a local row of an operation the ledger lost", func(in *Inputs) {
 			in.LocalRows = append(in.LocalRows, LocalRow{Route: "loc", ID: "4", Key: "ikl9", OperationID: "ol9", BodySHA256: "sl9"})
 		}, "local rows without evidence", ""},
@@ -238,6 +242,19 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A publisher's duplicate (the same route, key and payload, its own trace)
+// acked while no delivery carries its trace is accounted for by its twin's
+// confirmed record, not counted as an ack without an effect.
+func TestCheckAccountsForAnUnrecordedDuplicate(t *testing.T) {
+	t.Parallel()
+	in := healthy()
+	in.Intents = append(in.Intents, Intent{Route: "idem", MessageID: "m1", TraceID: "t1-dup", BodySHA256: "s1", Acked: true})
+	v := Check(in)
+	if n := v.Violations(); n != 0 || v.AckedUnrecorded != 1 {
+		t.Fatalf("violations %d, acked unrecorded %d; want 0 and 1", n, v.AckedUnrecorded)
 	}
 }
 

@@ -91,6 +91,7 @@ func (r *Report) Print(w io.Writer) {
 	line("lane: conflicting", "%d", v.Conflicting)
 	line("lane: pending", "%d", v.Pending)
 	line("confirmed, ack never reached broker", "%d", v.ConfirmedUnacked)
+	line("acked, delivery unrecorded (twin's)", "%d", v.AckedUnrecorded)
 	line("ledger records without a message", "%d", v.Orphans)
 	fmt.Fprintln(w, "handoff (acked at the handoff; then the relay)")
 	line("confirmed by the downstream", "%d", v.HandedOffConfirmed)

@@ -66,7 +66,7 @@ func runShort(t *testing.T, cfg Config) *Report {
 			kills, rep.RedisRestarts, rep.PostgresRestarts, cfg.Kills, cfg.RedisRestarts)
 	}
 	v := rep.Verdict
-	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked +
+	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked + v.AckedUnrecorded +
 		v.HandedOffConfirmed + v.HandedOffParked + v.HandedOffTerminal + v.HandedOffOpen
 	if accounted != rep.Publications || rep.Publications < rep.Messages+rep.Reused || v.AckedWithEvidence == 0 || rep.Messages != cfg.Messages {
 		t.Fatalf("accounted for %d of %d payloads (%d acked with evidence)", accounted, rep.Publications, v.AckedWithEvidence)
