@@ -164,9 +164,11 @@ func summaryLine(stage string, e soak.EventRecord) string {
 }
 
 // base is every stage's soak: steady load and none of the soak's own
-// faults, so that what is nacked is what the failover cost. A few
-// messages reuse a key, and a few acked ones come again, so those paths
-// run through the failovers too.
+// faults, so that what is nacked is what the failover cost. No key is
+// reused: a changed payload on a route that leaves dead letters to the
+// broker is nacked until the subscription gives up, which would read as a
+// failover that never ends. A few acked messages come again, so that path
+// runs through the failovers too.
 func base(o options, dir string) soak.Config {
 	c := soak.DefaultConfig()
 	c.Gateway, c.WorkDir, c.Progress = o.gateway, dir, o.progress
@@ -174,7 +176,7 @@ func base(o options, dir string) soak.Config {
 	c.Messages, c.Rate = o.messages, o.rate
 	c.Kills, c.RedisRestarts, c.PostgresRestarts = 0, 0, 0
 	c.Faults = faultydown.Faults{}
-	c.PoisonRate, c.ReuseRate, c.DuplicateRate, c.RedeliverAfterAckRate = 0, 0.01, 0, 0.02
+	c.PoisonRate, c.ReuseRate, c.DuplicateRate, c.RedeliverAfterAckRate = 0, 0, 0, 0.02
 	c.SettleTimeout = 5 * time.Minute
 	c.Timeout = 20 * time.Minute
 	return c
