@@ -9,6 +9,10 @@
 #   make lint   vet, gofmt check, staticcheck
 #   make soak   crash-and-fault soak: two gateways, 10,000 messages, every
 #               fault; prints the invariants (docs/reliability.md)
+#   make drill  failover drill: Patroni switchover and leader kill, Redis
+#               Cluster and Sentinel failovers, a gateway partitioned from
+#               Redis and Postgres, under load; prints what each cost and
+#               the invariants (root; not part of test)
 #   make bench  bench-load, then bench-go
 #   make bench-load
 #               cmd/loadgen: a gateway process side by side with the bare
@@ -35,7 +39,7 @@ DOWNSTREAM_ADDR ?= 127.0.0.1:9090
 BENCHTIME ?= 3s
 BENCHCOUNT ?= 3
 
-.PHONY: all build run cli-env test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak console-screenshots
+.PHONY: all build run cli-env test lint vet fmt-check staticcheck services chromium fuzz bench bench-load bench-go bench-purge soak drill console-screenshots
 
 all: lint build
 
@@ -164,7 +168,8 @@ bench-purge: services build
 	$(BIN_DIR)/purgebench $(PURGEBENCH_FLAGS)
 
 # Two gateway processes on a private Postgres cluster and a private Redis,
-# driven by a Pub/Sub push simulator against a faulty downstream, with
+# driven by a Pub/Sub push simulator (or Google's emulator:
+# SOAK_FLAGS='-broker emulator') against a faulty downstream, with
 # SIGKILLs, Redis restarts that lose its data and a Postgres crash. Exits
 # non-zero when an invariant is not 0. `make test` runs a short soak instead
 # (TestShortSoak in internal/soak). Extra flags: SOAK_FLAGS (bin/soak -h).
@@ -173,3 +178,15 @@ SOAK_FLAGS ?=
 
 soak: services build
 	$(BIN_DIR)/soak -gateway $(BIN_DIR)/gateway -messages $(SOAK_MESSAGES) $(SOAK_FLAGS)
+
+# Two gateway processes under steady load while the services they depend on
+# fail over: Postgres under Patroni (switchover, then the leader killed),
+# a Redis Cluster primary killed, a Sentinel failover and a Sentinel
+# primary killed, and the second gateway cut off from Redis, then from Redis
+# and Postgres. Installs patroni and etcd-server when missing. Exits non-zero
+# when an invariant is not 0. DRILL_FLAGS: bin/drill -h (for example
+# DRILL_FLAGS='-stages patroni -patroni-sync=false').
+DRILL_FLAGS ?=
+
+drill: services build
+	./scripts/drill.sh $(BIN_DIR) $(DRILL_FLAGS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes Postgres and Redis available on 127.0.0.1:5432 and 127.0.0.1:6379 for
 # local runs and tests (Debian; run as root when something must be installed
-# or started).
+# or started), and installs Google's Cloud Pub/Sub emulator, which the tests
+# start themselves on a port of their own.
 #
 #   - A service that already answers is reused as it is.
 #   - Otherwise missing packages are installed with apt-get and the service is
@@ -11,6 +12,12 @@
 #     cluster on port 5432; a Postgres run by someone else is only checked.
 #     The role may create databases and, for the tests' cleanup, end other
 #     sessions in them (pg_signal_backend); it is a development role.
+#
+#   - The emulator (Debian package google-cloud-cli-pubsub-emulator, with a
+#     JDK) comes from Google's apt repository, not Debian's. When no apt
+#     source offers it, this script says so loudly and goes on: the tests
+#     that need it then fail, naming the package, unless
+#     ACKGATE_ALLOW_NO_PUBSUB_EMULATOR=1 is set (see docs/reliability.md).
 #
 # Safe to run any number of times. ACKGATE_SERVICES_WAIT bounds each readiness
 # wait (seconds, default 30).
@@ -269,5 +276,72 @@ ensure_redis() {
 	log "redis: ok (redis://$HOST:$REDIS_PORT/0)"
 }
 
+# ------------------------------------------------------ Pub/Sub emulator --
+
+readonly EMULATOR_PACKAGE=google-cloud-cli-pubsub-emulator
+
+# The launcher internal/emulator looks for: under the Cloud SDK gcloud belongs
+# to, or a usual SDK root, or $ACKGATE_PUBSUB_EMULATOR.
+emulator_launcher() {
+	local root gcloud
+	if [[ -n ${ACKGATE_PUBSUB_EMULATOR:-} && -x $ACKGATE_PUBSUB_EMULATOR ]]; then
+		printf '%s\n' "$ACKGATE_PUBSUB_EMULATOR"
+		return 0
+	fi
+	local -a roots=(/usr/lib/google-cloud-sdk /usr/share/google-cloud-sdk /opt/google-cloud-sdk)
+	if gcloud=$(command -v gcloud 2>/dev/null); then
+		roots=("$(dirname "$(dirname "$(readlink -f "$gcloud")")")" "${roots[@]}")
+	fi
+	for root in "${roots[@]}"; do
+		if [[ -x $root/platform/pubsub-emulator/bin/cloud-pubsub-emulator ]]; then
+			printf '%s\n' "$root/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# apt_offers PACKAGE: some configured apt source has a candidate for it.
+apt_offers() {
+	have apt-cache || return 1
+	local candidate
+	candidate=$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ { print $2; exit }')
+	[[ -n $candidate && $candidate != "(none)" ]]
+}
+
+emulator_missing() {
+	printf '%s\n' \
+		"services: !!! the Cloud Pub/Sub emulator is not installed, and $1." \
+		"services: !!! Install $EMULATOR_PACKAGE from Google's apt repository" \
+		"services: !!!   (https://cloud.google.com/sdk/docs/install#deb), then run this script again." \
+		"services: !!! Until then the emulator tests fail; on a machine where the package cannot be had," \
+		"services: !!! ACKGATE_ALLOW_NO_PUBSUB_EMULATOR=1 lets them pass without testing anything." >&2
+}
+
+ensure_pubsub_emulator() {
+	local launcher
+	if launcher=$(emulator_launcher); then
+		log "pubsub emulator: found $launcher"
+		return 0
+	fi
+	if ! is_root || ! have apt-get; then
+		emulator_missing "installing it needs root and apt-get"
+		return 0
+	fi
+	if [[ $apt_updated -eq 0 ]]; then
+		log "apt-get update"
+		apt-get update -qq || true
+		apt_updated=1
+	fi
+	if ! apt_offers "$EMULATOR_PACKAGE"; then
+		emulator_missing "no configured apt source offers $EMULATOR_PACKAGE"
+		return 0
+	fi
+	apt_install "$EMULATOR_PACKAGE"
+	launcher=$(emulator_launcher) || die "$EMULATOR_PACKAGE was installed, but no cloud-pubsub-emulator launcher was found"
+	log "pubsub emulator: installed $launcher"
+}
+
 ensure_postgres
 ensure_redis
+ensure_pubsub_emulator

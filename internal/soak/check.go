@@ -26,8 +26,10 @@ type Intent struct {
 	BodySHA256 string
 	// Acked: the broker received an ack for it. DeadLettered: the broker's
 	// own dead-letter policy took it after its last nacked delivery.
-	Acked        bool
-	DeadLettered bool
+	// StillDelivered: neither, when the run stopped waiting for the broker.
+	Acked          bool
+	DeadLettered   bool
+	StillDelivered bool
 }
 
 func (i Intent) name() string { return fmt.Sprintf("%s/%s#%d", i.Route, i.MessageID, i.Variant) }
@@ -63,6 +65,10 @@ type LedgerOp struct {
 	// handoff route acks). Outbox: the entry exists. OutboxDelivered: the
 	// relay's sweep emptied it once the effect was evidenced.
 	HandedOff, Outbox, OutboxDelivered bool
+	// Lanes is its way through the lanes as the admin API shows it; nil
+	// for an operation that took its effect at the first call untouched
+	// (see readLanes).
+	Lanes *OpLanes
 }
 
 // LocalRow is one row the local route's statement wrote, read from the
@@ -89,6 +95,15 @@ type Inputs struct {
 	// LocalRows are the local route's rows: its effects, each of which must
 	// have committed with its operation's evidence.
 	LocalRows []LocalRow
+	// Dedupe names the routes whose provider deduplicates by key.
+	Dedupe map[string]bool
+	// OperatorActions are the resolutions and replays the admin API
+	// applied for the soak's operator; LanesRead says Ops carry Lanes.
+	OperatorActions []OperatorAction
+	LanesRead       bool
+	// Held are publications the broker still held once the run was done
+	// with them (the emulator's backlog after the last ack).
+	Held []Intent
 }
 
 // Accounting sorts every intent into the one place it ended up.
@@ -103,6 +118,15 @@ type Accounting struct {
 	// ConfirmedUnacked: the effect is confirmed with evidence but the broker
 	// gave up before an ack reached it.
 	ConfirmedUnacked int
+	// AckedUnrecorded: acked, while no delivery in the ledger carries this
+	// publication, and a twin (another publication of the same route, key
+	// and payload) is on a record that justifies the ack: confirmed with
+	// the downstream's effect for that payload, or dead-lettered. A
+	// delivery answered from an operation's existing evidence is recorded
+	// after the answer, best effort: a publisher's duplicate (its own
+	// message id and trace) answered while Postgres is down, or just
+	// before the gateway dies, is acked rightly and recorded nowhere.
+	AckedUnrecorded int
 	// Orphans are ledger records no published message's delivery points at.
 	Orphans int
 
@@ -119,6 +143,17 @@ type Accounting struct {
 	// the commit that confirmed their operation (also in AckedWithEvidence).
 	// LocalRows counts the rows in the local table.
 	LocalCommitted, LocalRows int
+
+	// Who settled what the gateway could not settle alone, by operation:
+	// the reconciler's lookup took it out of the indeterminate lane;
+	// operators resolved it (by kind) or replayed it, and how the replays
+	// ended; a handoff's relay found a lost answer's effect with the
+	// lookup, or settled it by retrying under the same key inside the
+	// provider's dedupe window.
+	SettledByReconciler                                      int
+	ResolvedHappened, ResolvedNotHappened, ResolvedAbandoned int
+	Replayed, ReplayedConfirmed, ReplayedTerminal            int
+	HandoffByLookup, HandoffByDedupe                         int
 }
 
 // Invariant is one count that must be zero, with a few examples when not.
@@ -133,13 +168,15 @@ type Verdict struct {
 	Accounting
 	TwoEffects, AcksWithoutEffect, ConflictsExecuted, Unaccounted Invariant
 	HandoffsWithoutOutbox, HandoffsOpen, LocalRowsWithoutEvidence Invariant
+	NeverSettled, OperatorUnrecorded                              Invariant
 }
 
 // Invariants lists them in a fixed order: the four every shape answers to,
-// then those of the handoff and local shapes.
+// then those of the handoff and local shapes, then the broker's and the
+// operator's.
 func (v *Verdict) Invariants() []Invariant {
 	return []Invariant{v.TwoEffects, v.AcksWithoutEffect, v.ConflictsExecuted, v.Unaccounted,
-		v.HandoffsWithoutOutbox, v.HandoffsOpen, v.LocalRowsWithoutEvidence}
+		v.HandoffsWithoutOutbox, v.HandoffsOpen, v.LocalRowsWithoutEvidence, v.NeverSettled, v.OperatorUnrecorded}
 }
 
 // Violations is the sum of the invariants.
@@ -209,10 +246,18 @@ var (
 //     result. The local table's rows are effects like the downstream's, so
 //     a second row for one key is a key with two effects and an acked local
 //     payload without its row is an ack without an effect.
+//   - messages never settled: a publication the broker was still
+//     delivering when the run stopped waiting for it, or one it still held
+//     once the run was done (the emulator's backlog): a message that would
+//     be pushed for ever.
+//   - operator actions not recorded: a resolution or replay the admin API
+//     answered 200 for, with no intervention of that kind on that operation
+//     in its record.
 func Check(in Inputs) Verdict {
 	var v Verdict
 	two, noEffect, conflicts, lost := findings{}, findings{}, findings{}, findings{}
 	noOutbox, open, rowsAlone := findings{}, findings{}, findings{}
+	unsettled, unrecorded := findings{}, findings{}
 
 	effects := slices.Clone(in.Effects)
 	for _, lr := range in.LocalRows {
@@ -243,6 +288,12 @@ func Check(in Inputs) Verdict {
 
 	linked := map[string]bool{}
 	groups := map[string][]Intent{}
+	twins := map[string]string{} // route, key and payload -> a record one of its publications is on
+	for _, it := range in.Intents {
+		if ids := slices.Compact(slices.Sorted(slices.Values(in.TraceOps[it.TraceID]))); len(ids) == 1 {
+			twins[it.Route+" "+it.MessageID+" "+it.BodySHA256] = ids[0]
+		}
+	}
 	for _, it := range in.Intents {
 		groups[it.Route+" "+it.MessageID] = append(groups[it.Route+" "+it.MessageID], it)
 		ids := slices.Compact(slices.Sorted(slices.Values(in.TraceOps[it.TraceID])))
@@ -254,7 +305,9 @@ func Check(in Inputs) Verdict {
 			conflicts.add("intent "+it.name(), "%s was answered from %d records: %s", it.name(), len(ids), strings.Join(ids, ", "))
 			continue
 		case len(ids) == 0 || in.Ops[ids[0]].ID == "":
-			if it.Acked {
+			if it.Acked && twinJustifies(in.Ops[twins[it.Route+" "+it.MessageID+" "+it.BodySHA256]], it, byKey) {
+				v.AckedUnrecorded++
+			} else if it.Acked {
 				noEffect.add("intent "+it.name(), "%s acked, and the ledger has no record of it", it.name())
 			} else {
 				lost.add("intent "+it.name(), "%s: the ledger has no record of it", it.name())
@@ -356,8 +409,83 @@ func Check(in Inputs) Verdict {
 	v.Unaccounted = lost.invariant("messages not accounted for")
 	v.HandoffsWithoutOutbox = noOutbox.invariant("handoff acks without an outbox entry")
 	v.HandoffsOpen = open.invariant("handoffs left open")
+	for _, it := range in.Intents {
+		if it.StillDelivered {
+			unsettled.add("intent "+it.name()+" "+it.TraceID, "%s was still being delivered when the run stopped waiting", it.name())
+		}
+	}
+	for _, it := range in.Held {
+		unsettled.add("held "+it.name()+" "+it.TraceID, "%s was still held by the broker after the run was done with it", it.name())
+	}
+	lanes(&v, in, unrecorded)
+
 	v.LocalRowsWithoutEvidence = rowsAlone.invariant("local rows without evidence")
+	v.NeverSettled = unsettled.invariant("messages never settled")
+	v.OperatorUnrecorded = unrecorded.invariant("operator actions not recorded")
 	return v
+}
+
+// lanes counts who settled what, and finds the operator's actions that the
+// ledger does not show.
+func lanes(v *Verdict, in Inputs, unrecorded findings) {
+	if !in.LanesRead {
+		return
+	}
+	for _, a := range in.OperatorActions {
+		op := in.Ops[a.OperationID]
+		found := false
+		if op.Lanes != nil {
+			for _, iv := range op.Lanes.Interventions {
+				found = found || iv.Kind == a.Kind
+			}
+		}
+		if !found {
+			unrecorded.add(a.OperationID+" "+a.Kind, "operation %s: the operator's %s was answered 200, and its record has no such intervention", a.OperationID, a.Kind)
+		}
+	}
+	for _, op := range in.Ops {
+		l := op.Lanes
+		if l == nil {
+			continue
+		}
+		byOperator, replayed := 0, false
+		for _, iv := range l.Interventions {
+			switch iv.Kind {
+			case "happened":
+				v.ResolvedHappened++
+			case "not_happened":
+				v.ResolvedNotHappened++
+			case "abandon":
+				v.ResolvedAbandoned++
+			case "replay":
+				replayed = true
+			}
+			if iv.From == "effect_indeterminate" {
+				byOperator++
+			}
+		}
+		if l.IndeterminateExits > byOperator {
+			v.SettledByReconciler++
+		}
+		if replayed {
+			v.Replayed++
+			switch {
+			case slices.Contains(confirmedStates, op.State):
+				v.ReplayedConfirmed++
+			case op.State == "terminal_failure":
+				v.ReplayedTerminal++
+			}
+		}
+		if in.Shapes[op.Route] != shapeHandoff || !slices.Contains(confirmedStates, op.State) {
+			continue
+		}
+		switch {
+		case l.LookupFound:
+			v.HandoffByLookup++
+		case in.Dedupe[op.Route] && l.RetriedUnknown:
+			v.HandoffByDedupe++
+		}
+	}
 }
 
 // handedOff sorts a handoff payload the broker acked. The ack promised an
@@ -392,6 +520,19 @@ func handedOff(v *Verdict, it Intent, op LedgerOp, byKey map[string][]Effect, no
 	default:
 		lost.add("intent "+it.name(), "%s: handed off, ledger %s is in state %q", it.name(), op.ID, op.State)
 	}
+}
+
+// twinJustifies reports whether op, the record of another publication of
+// its route, key and payload, justifies acking it: confirmed with the
+// downstream's effect for that payload, or dead-lettered.
+func twinJustifies(op LedgerOp, it Intent, byKey map[string][]Effect) bool {
+	switch {
+	case op.ID == "":
+		return false
+	case slices.Contains(confirmedStates, op.State):
+		return appliedFor(byKey[op.Route+" "+op.IdempotencyKey], op.ResultID, it.BodySHA256)
+	}
+	return op.DeadLetter != "" && (op.State == "terminal_failure" || op.State == "conflicting")
 }
 
 // appliedFor reports whether one of a key's effects carries the result id and

@@ -11,9 +11,13 @@ import (
 // changed payload under its key dead-lettered as a conflict, a poisoned
 // message dead-lettered, and one still pending; a handoff the relay
 // confirmed, one it parked and one it dead-lettered; a local payload with its
-// row, and one whose statement the table refused, dead-lettered.
+// row, and one whose statement the table refused, dead-lettered. In the
+// lanes: the lookup effect was found by the reconciler, the unacked
+// confirmed one resolved happened by the operator, the poisoned one
+// replayed and terminal again, and a handoff's lost answer found by its
+// lookup.
 func healthy() Inputs {
-	return Inputs{
+	in := Inputs{
 		Intents: []Intent{
 			{Route: "idem", MessageID: "m1", TraceID: "t1", BodySHA256: "s1", Acked: true},
 			{Route: "unsafe", MessageID: "m2", TraceID: "t2", BodySHA256: "s2", DeadLettered: true},
@@ -62,7 +66,21 @@ func healthy() Inputs {
 			"t1": {"op1", "op1"}, "t2": {"op2"}, "t3": {"op3"}, "t4": {"cf3"}, "t5": {"op5"}, "t6": {"op6"}, "t7": {"op7"},
 			"th1": {"oh1"}, "th2": {"oh2"}, "th3": {"oh3"}, "tl1": {"ol1"}, "tl2": {"ol2"},
 		},
+		LanesRead:       true,
+		OperatorActions: []OperatorAction{{OperationID: "op7", Kind: "happened"}, {OperationID: "op5", Kind: "replay"}},
 	}
+	set := func(id string, l *OpLanes) {
+		op := in.Ops[id]
+		op.Lanes = l
+		in.Ops[id] = op
+	}
+	set("op3", &OpLanes{IndeterminateExits: 1, LookupFound: true, EffectAttempts: 1})
+	set("op7", &OpLanes{IndeterminateExits: 1, EffectAttempts: 1, Interventions: []LaneAction{
+		{Kind: "happened", Actor: operatorActor, From: "effect_indeterminate", To: "effect_confirmed"}}})
+	set("op5", &OpLanes{EffectAttempts: 2, Interventions: []LaneAction{
+		{Kind: "replay", Actor: operatorActor, From: "terminal_failure", To: "pending_effect"}}})
+	set("oh1", &OpLanes{LookupFound: true, EffectAttempts: 1})
+	return in
 }
 
 func TestCheckAccountsForAHealthyRun(t *testing.T) {
@@ -73,7 +91,8 @@ func TestCheckAccountsForAHealthyRun(t *testing.T) {
 	}
 	want := Accounting{AckedWithEvidence: 3, DeadLettered: 3, Indeterminate: 1, Pending: 1, ConfirmedUnacked: 1,
 		HandedOffConfirmed: 1, HandedOffParked: 1, HandedOffTerminal: 1, OutboxParked: 1, OutboxTerminal: 1,
-		LocalCommitted: 1, LocalRows: 1}
+		LocalCommitted: 1, LocalRows: 1,
+		SettledByReconciler: 1, ResolvedHappened: 1, Replayed: 1, ReplayedTerminal: 1, HandoffByLookup: 1}
 	if v.Accounting != want {
 		t.Fatalf("accounting %+v, want %+v", v.Accounting, want)
 	}
@@ -82,7 +101,8 @@ func TestCheckAccountsForAHealthyRun(t *testing.T) {
 		names = append(names, inv.Name)
 	}
 	if got := strings.Join(names, ", "); got != "keys with two effects, acks without an effect, conflicts executed, messages not accounted for, "+
-		"handoff acks without an outbox entry, handoffs left open, local rows without evidence" {
+		"handoff acks without an outbox entry, handoffs left open, local rows without evidence, "+
+		"messages never settled, operator actions not recorded" {
 		t.Fatalf("invariants %s", got)
 	}
 }
@@ -179,9 +199,28 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"a local row whose operation is terminal", func(in *Inputs) {
 			in.LocalRows = append(in.LocalRows, LocalRow{Route: "loc", ID: "3", Key: "ikl2", OperationID: "ol2", BodySHA256: "sl2"})
 		}, "local rows without evidence", ""},
+		{"a duplicate acked with no record, and its twin's record not confirmed", func(in *Inputs) {
+			in.Intents = append(append([]Intent(nil), in.Intents...),
+				Intent{Route: "unsafe", MessageID: "m6", TraceID: "t6-dup", BodySHA256: "s6", Acked: true})
+		}, "acks without an effect", ""},
 		{"a local row of an operation the ledger lost", func(in *Inputs) {
 			in.LocalRows = append(in.LocalRows, LocalRow{Route: "loc", ID: "4", Key: "ikl9", OperationID: "ol9", BodySHA256: "sl9"})
 		}, "local rows without evidence", ""},
+		{"a message the broker was still delivering at the end", func(in *Inputs) {
+			in.Intents = append([]Intent(nil), in.Intents...)
+			in.Intents[5].StillDelivered = true
+		}, "messages never settled", ""},
+		{"a message the broker still held after the run", func(in *Inputs) {
+			in.Held = []Intent{in.Intents[0]}
+		}, "messages never settled", ""},
+		{"an operator's resolution the ledger does not show", func(in *Inputs) {
+			setOp(in, "op7", func(op *LedgerOp) { op.Lanes = &OpLanes{IndeterminateExits: 1, EffectAttempts: 1} })
+		}, "operator actions not recorded", ""},
+		{"an operator's replay recorded as another kind", func(in *Inputs) {
+			setOp(in, "op5", func(op *LedgerOp) {
+				op.Lanes = &OpLanes{EffectAttempts: 2, Interventions: []LaneAction{{Kind: "abandon", From: "terminal_failure", To: "terminal_failure"}}}
+			})
+		}, "operator actions not recorded", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -203,6 +242,19 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A publisher's duplicate (the same route, key and payload, its own trace)
+// acked while no delivery carries its trace is accounted for by its twin's
+// confirmed record, not counted as an ack without an effect.
+func TestCheckAccountsForAnUnrecordedDuplicate(t *testing.T) {
+	t.Parallel()
+	in := healthy()
+	in.Intents = append(in.Intents, Intent{Route: "idem", MessageID: "m1", TraceID: "t1-dup", BodySHA256: "s1", Acked: true})
+	v := Check(in)
+	if n := v.Violations(); n != 0 || v.AckedUnrecorded != 1 {
+		t.Fatalf("violations %d, acked unrecorded %d; want 0 and 1", n, v.AckedUnrecorded)
 	}
 }
 

@@ -106,19 +106,20 @@ func waitFor(ctx context.Context, what string, c *child, ok func() error) error 
 // restart that loses every key, as the gateway must survive.
 type redisServer struct {
 	bin, dir string
+	host     string
 	port     int
 	log      io.Writer
 	proc     *child
 }
 
-func startRedis(ctx context.Context, bin, dir string, log io.Writer) (*redisServer, error) {
+func startRedis(ctx context.Context, bin, host, dir string, log io.Writer) (*redisServer, error) {
 	var lastErr error
 	for range 3 { // another process may take the free port first
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		r := &redisServer{bin: bin, dir: dir, port: port, log: log}
+		r := &redisServer{bin: bin, dir: dir, host: host, port: port, log: log}
 		if lastErr = r.start(ctx); lastErr == nil {
 			return r, nil
 		}
@@ -126,10 +127,12 @@ func startRedis(ctx context.Context, bin, dir string, log io.Writer) (*redisServ
 	return nil, fmt.Errorf("redis-server (%s): %w", bin, lastErr)
 }
 
-func (r *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+func (r *redisServer) addr() string { return net.JoinHostPort(r.host, strconv.Itoa(r.port)) }
 
 func (r *redisServer) start(ctx context.Context) error {
-	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+	// Protected mode refuses every address but loopback without a
+	// password; the drill's private link is such an address.
+	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", r.host, "--protected-mode", "no",
 		"--save", "", "--appendonly", "no", "--dir", r.dir)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	p, err := startChild(cmd)
@@ -192,6 +195,7 @@ func redisPing(addr string) error {
 type pgCluster struct {
 	binDir string
 	root   string // holds data/ and the socket
+	host   string
 	port   int
 	cred   *syscall.Credential
 	// log is opened by the soak and inherited, so the server can write it
@@ -242,7 +246,7 @@ func postgresCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func startPostgres(ctx context.Context, binDir string, log *os.File) (*pgCluster, error) {
+func startPostgres(ctx context.Context, binDir, host string, log *os.File) (*pgCluster, error) {
 	cred, err := postgresCredential()
 	if err != nil {
 		return nil, err
@@ -251,7 +255,7 @@ func startPostgres(ctx context.Context, binDir string, log *os.File) (*pgCluster
 	if err != nil {
 		return nil, err
 	}
-	p := &pgCluster{binDir: binDir, root: root, cred: cred, log: log}
+	p := &pgCluster{binDir: binDir, root: root, host: host, cred: cred, log: log}
 	if cred != nil {
 		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
 			os.RemoveAll(root)
@@ -263,6 +267,21 @@ func startPostgres(ctx context.Context, binDir string, log *os.File) (*pgCluster
 	if out, err := initdb.CombinedOutput(); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if host != "127.0.0.1" {
+		// initdb trusts loopback only; a cluster on another address (the
+		// drill's private link) trusts whoever reaches it there.
+		f, err := os.OpenFile(filepath.Join(root, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString("host all all 0.0.0.0/0 trust\n")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			p.cleanup()
+			return nil, fmt.Errorf("pg_hba.conf: %w", err)
+		}
 	}
 	if p.port, err = freePort(); err != nil {
 		p.cleanup()
@@ -287,7 +306,7 @@ func (p *pgCluster) command(name string, args ...string) *exec.Cmd {
 
 func (p *pgCluster) start(ctx context.Context) error {
 	cmd := p.command("postgres", "-D", filepath.Join(p.root, "data"), "-p", strconv.Itoa(p.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.root,
+		"-c", "listen_addresses="+p.host, "-c", "unix_socket_directories="+p.root,
 		"-c", "max_connections=60", "-c", "fsync=on")
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	proc, err := startChild(cmd)
@@ -307,7 +326,7 @@ func (p *pgCluster) start(ctx context.Context) error {
 }
 
 func (p *pgCluster) url(db string) string {
-	return fmt.Sprintf("postgres://ackgate@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
+	return fmt.Sprintf("postgres://ackgate@%s/%s?sslmode=disable", net.JoinHostPort(p.host, strconv.Itoa(p.port)), db)
 }
 
 // restart is an immediate shutdown (SIGQUIT: no checkpoint, crash recovery
@@ -346,6 +365,7 @@ func createDatabase(ctx context.Context, serverURL, name string) (string, error)
 type gatewayProc struct {
 	name   string
 	bin    string
+	prefix []string // a command the gateway runs under (ip netns exec NAME)
 	env    []string
 	listen string
 	log    io.Writer
@@ -353,7 +373,8 @@ type gatewayProc struct {
 }
 
 func (g *gatewayProc) start(ctx context.Context) error {
-	cmd := exec.Command(g.bin, "serve")
+	args := append(append([]string(nil), g.prefix...), g.bin, "serve")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = g.env
 	cmd.Stdout, cmd.Stderr = g.log, g.log
 	p, err := startChild(cmd)

@@ -15,8 +15,12 @@ func (r *Report) Print(w io.Writer) {
 	line := func(label string, format string, args ...any) {
 		fmt.Fprintf(w, "  %-36s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(w, "ackgate soak: %d messages (+%d reusing a key with a changed payload), routes idempotent/lookup/unsafe/handoff/local, 2 gateways, seed %d\n",
-		r.Messages, r.Reused, c.Seed)
+	names := make([]string, len(routes))
+	for i, rt := range routes {
+		names[i] = strings.TrimPrefix(rt.name, "soak-")
+	}
+	fmt.Fprintf(w, "ackgate soak: %d messages (+%d reusing a key with a changed payload), routes %s, 2 gateways, broker %s, seed %d\n",
+		r.Messages, r.Reused, strings.Join(names, "/"), c.Broker, c.Seed)
 	fmt.Fprintf(w, "duration %s (publication %s at %.0f messages/s)\n", r.Total.Round(time.Second), r.Publish.Round(time.Second), c.Rate)
 
 	fmt.Fprintln(w, "faults")
@@ -37,10 +41,22 @@ func (r *Report) Print(w io.Writer) {
 	line("responses slower than the deadline", "%d (held %s)", d.slow, AckDeadline+time.Second)
 	line("poisoned messages", "%d terminal, %d retryable (%d refusals)", r.Poisoned["terminal"], r.Poisoned["retryable"], d.poison)
 	line("lookups unavailable", "%d of %d", d.lookupsDown, d.lookups)
-	line("duplicate copies pushed at once", "%d", r.Broker.Duplicates)
+	if c.Broker == BrokerEmulator {
+		line("published twice by the publisher", "%d", r.Republished)
+	} else {
+		line("duplicate copies pushed at once", "%d", r.Broker.Duplicates)
+	}
 	line("redeliveries after an ack", "%d", r.Broker.RedeliveriesAfter)
 
-	fmt.Fprintln(w, "broker (push simulator)")
+	if c.Broker == BrokerEmulator {
+		policy := "none: every route dead-letters at the gateway"
+		if c.EmulatorDeadLetter {
+			policy = fmt.Sprintf("dead-letter topic after %d deliveries", c.MaxDeliveryAttempts)
+		}
+		fmt.Fprintf(w, "broker (Pub/Sub emulator; subscription policy: %s)\n", policy)
+	} else {
+		fmt.Fprintln(w, "broker (push simulator)")
+	}
 	line("push requests", "%d", r.Broker.Deliveries)
 	line("answers", "%s", statuses(r.Broker.Statuses))
 	line("timeouts / broken connections", "%d / %d", r.Broker.Timeouts, r.Broker.ConnectionErrors)
@@ -48,6 +64,10 @@ func (r *Report) Print(w io.Writer) {
 	line("dead-lettered by the subscription", "%d", r.Broker.DeadLettered)
 	if r.Broker.Abandoned > 0 {
 		line("abandoned when the run ended", "%d", r.Broker.Abandoned)
+	}
+	if c.Broker == BrokerEmulator {
+		line("pushes carrying deliveryAttempt", "%d", r.PushesWithAttempt)
+		line("held by the emulator at the end", "%d", r.Held)
 	}
 
 	fmt.Fprintln(w, "downstream (its own records)")
@@ -71,6 +91,7 @@ func (r *Report) Print(w io.Writer) {
 	line("lane: conflicting", "%d", v.Conflicting)
 	line("lane: pending", "%d", v.Pending)
 	line("confirmed, ack never reached broker", "%d", v.ConfirmedUnacked)
+	line("acked, delivery unrecorded (twin's)", "%d", v.AckedUnrecorded)
 	line("ledger records without a message", "%d", v.Orphans)
 	fmt.Fprintln(w, "handoff (acked at the handoff; then the relay)")
 	line("confirmed by the downstream", "%d", v.HandedOffConfirmed)
@@ -82,7 +103,40 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(w, "local (statement in the ledger's transaction)")
 	line("acked, one row committed with it", "%d (of the acked with evidence)", v.LocalCommitted)
 	line("rows in the local table", "%d", v.LocalRows)
+	o := r.Operator
+	fmt.Fprintf(w, "lanes (who settled what the gateway parked; operator every %s)\n", c.OperatorEvery)
+	line("settled by the reconciler's lookup", "%d", v.SettledByReconciler)
+	line("operator: happened / not_happened", "%d / %d", v.ResolvedHappened, v.ResolvedNotHappened)
+	line("operator: abandoned", "%d", v.ResolvedAbandoned)
+	line("operator: replayed", "%d (then confirmed %d, terminal again %d; %d payloads cured first)",
+		v.Replayed, v.ReplayedConfirmed, v.ReplayedTerminal, o.Cured)
+	line("operator: published again", "%d (refused %d, rounds %d, failed rounds %d)", o.Republished, o.Refused, o.Rounds, o.Errors)
+	line("handoff found by lookup", "%d", v.HandoffByLookup)
+	line("handoff lost answer, same-key retry", "%d", v.HandoffByDedupe)
 
+	if len(r.Events) > 0 {
+		fmt.Fprintln(w, "events (what each cost, until the next one or the end, at most 2m)")
+		for _, e := range r.Events {
+			took := e.End.Sub(e.Start).Round(time.Millisecond)
+			status := "done"
+			if e.Err != "" {
+				status = "FAILED: " + e.Err
+			}
+			fmt.Fprintf(w, "  %s (at +%s, took %s, %s)\n", e.Name, e.Start.Sub(r.Started).Round(time.Second), took, status)
+			nacks := "none"
+			if e.Nacked > 0 {
+				nacks = fmt.Sprintf("%d, from +%s to +%s after it began (%s)", e.Nacked,
+					e.FirstNack.Round(10*time.Millisecond), e.LastNack.Round(10*time.Millisecond), statuses(e.NackedStatuses))
+			}
+			line("    deliveries not acked", "%s", nacks)
+			line("    acked again from", "+%s (%d nacked until then, %d later)", e.Recovered.Round(10*time.Millisecond),
+				e.NackedBefore, e.Nacked-e.NackedBefore)
+			line("    deliveries acked", "%d in %s", e.Acked, e.Window.Round(time.Second))
+			for g, d := range e.Unready {
+				line(fmt.Sprintf("    gateway %d /readyz not 200", g+1), "%s", d.Round(10*time.Millisecond))
+			}
+		}
+	}
 	fmt.Fprintln(w, "invariants (each must be 0)")
 	for _, inv := range v.Invariants() {
 		line(inv.Name, "%d", inv.Count)

@@ -35,6 +35,16 @@ func buildGateway(t *testing.T) string {
 func TestShortSoak(t *testing.T) {
 	t.Parallel()
 	cfg := ShortConfig()
+	rep := runShort(t, cfg)
+	if rep.Broker.Duplicates == 0 {
+		t.Fatal("no duplicate delivery happened: the run proved nothing of them")
+	}
+}
+
+// runShort runs cfg against a fresh database and holds the report to what
+// every short run must show.
+func runShort(t *testing.T, cfg Config) *Report {
+	t.Helper()
 	cfg.Gateway = buildGateway(t)
 	cfg.Postgres = testenv.DatabaseURL(t)
 	cfg.WorkDir = t.TempDir()
@@ -51,19 +61,19 @@ func TestShortSoak(t *testing.T) {
 	if n := rep.Verdict.Violations(); n != 0 {
 		t.Fatalf("%d invariant violation(s); progress:\n%s", n, progress.String())
 	}
-	if kills := rep.Kills[0] + rep.Kills[1]; kills != 1 || rep.RedisRestarts != 1 || rep.PostgresRestarts != 0 {
-		t.Fatalf("faults carried out: %d kills, %d Redis restarts, %d Postgres restarts; want 1, 1, 0",
-			kills, rep.RedisRestarts, rep.PostgresRestarts)
+	if kills := rep.Kills[0] + rep.Kills[1]; kills != cfg.Kills || rep.RedisRestarts != cfg.RedisRestarts || rep.PostgresRestarts != 0 {
+		t.Fatalf("faults carried out: %d kills, %d Redis restarts, %d Postgres restarts; want %d, %d, 0",
+			kills, rep.RedisRestarts, rep.PostgresRestarts, cfg.Kills, cfg.RedisRestarts)
 	}
 	v := rep.Verdict
-	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked +
+	accounted := v.AckedWithEvidence + v.DeadLettered + v.Indeterminate + v.Terminal + v.Conflicting + v.Pending + v.ConfirmedUnacked + v.AckedUnrecorded +
 		v.HandedOffConfirmed + v.HandedOffParked + v.HandedOffTerminal + v.HandedOffOpen
-	if accounted != rep.Messages+rep.Reused || v.AckedWithEvidence == 0 || rep.Messages != cfg.Messages {
-		t.Fatalf("accounted for %d of %d payloads (%d acked with evidence)", accounted, rep.Messages+rep.Reused, v.AckedWithEvidence)
+	if accounted != rep.Publications || rep.Publications < rep.Messages+rep.Reused || v.AckedWithEvidence == 0 || rep.Messages != cfg.Messages {
+		t.Fatalf("accounted for %d of %d payloads (%d acked with evidence)", accounted, rep.Publications, v.AckedWithEvidence)
 	}
 	// Both commit shapes did their work: handoffs the relay confirmed, and
 	// local rows committed with their evidence.
-	if v.HandedOffConfirmed == 0 || v.LocalCommitted == 0 || v.LocalRows < v.LocalCommitted {
+	if v.HandedOffConfirmed == 0 || v.LocalCommitted == 0 || v.LocalRows == 0 {
 		t.Fatalf("handoffs confirmed %d, local payloads committed %d with %d rows: the new shapes proved nothing",
 			v.HandedOffConfirmed, v.LocalCommitted, v.LocalRows)
 	}
@@ -71,12 +81,20 @@ func TestShortSoak(t *testing.T) {
 	for _, rec := range rep.Downstream {
 		injected += rec.Counts.Injected5xx + rec.Counts.LostResponses + rec.Counts.SlowResponses
 	}
-	if injected == 0 || rep.Broker.Duplicates == 0 {
-		t.Fatalf("no downstream fault (%d) or duplicate delivery (%d) happened: the run proved nothing", injected, rep.Broker.Duplicates)
+	if injected == 0 {
+		t.Fatal("no downstream fault happened: the run proved nothing")
 	}
 	if v.Orphans != 0 {
 		t.Fatalf("%d ledger records belong to no published message", v.Orphans)
 	}
+	// Each of the operator's resolutions and replays is an intervention in
+	// its operation's record, and the lanes' counts add up to it.
+	o := rep.Operator
+	if v.ResolvedHappened != o.Happened || v.ResolvedNotHappened != o.NotHappened || v.ResolvedAbandoned != o.Abandoned || v.Replayed != o.Replay {
+		t.Fatalf("the operator did %+v; the ledger shows happened %d, not_happened %d, abandoned %d, replayed %d",
+			o, v.ResolvedHappened, v.ResolvedNotHappened, v.ResolvedAbandoned, v.Replayed)
+	}
+	return rep
 }
 
 func TestFaultPlanSpreadsFaultsApart(t *testing.T) {
@@ -120,7 +138,7 @@ func TestRedisRestartLosesItsData(t *testing.T) {
 		bin = "/usr/bin/redis-server"
 	}
 	var log testenv.SyncBuffer
-	r, err := startRedis(ctx, bin, t.TempDir(), &log)
+	r, err := startRedis(ctx, bin, "127.0.0.1", t.TempDir(), &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +194,7 @@ func TestPrivatePostgresSurvivesACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pg, err := startPostgres(ctx, binDir, f)
+	pg, err := startPostgres(ctx, binDir, "127.0.0.1", f)
 	if err != nil {
 		t.Fatal(err)
 	}

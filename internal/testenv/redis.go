@@ -237,3 +237,86 @@ func connectionSetup(line string) bool {
 	}
 	return false
 }
+
+// RedisProc is a private redis-server that a test can stop and start again
+// on the same port, to take Redis away from a running gateway. Like Redis,
+// it persists nothing: a start after a stop is an empty server.
+type RedisProc struct {
+	t      testing.TB
+	bin    string
+	dir    string
+	port   int
+	log    *SyncBuffer
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// RedisServer starts a private redis-server; it is killed when the test
+// ends.
+func RedisServer(t testing.TB) *RedisProc {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		bin = "/usr/bin/redis-server"
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &RedisProc{t: t, bin: bin, dir: t.TempDir(), port: port, log: &SyncBuffer{}}
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Addr is host:port.
+func (r *RedisProc) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+
+// Start starts the server on its port and waits for PONG.
+func (r *RedisProc) Start() {
+	r.t.Helper()
+	deadline := time.Now().Add(redisStartTimeout)
+	for {
+		cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", r.dir)
+		cmd.Stdout, cmd.Stderr = r.log, r.log
+		if err := cmd.Start(); err != nil {
+			r.t.Fatalf("testenv: redis-server: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		for {
+			if ping(r.Addr()) == nil {
+				r.cmd, r.exited = cmd, exited
+				return
+			}
+			select {
+			case <-exited:
+			case <-time.After(20 * time.Millisecond):
+				if time.Now().Before(deadline) {
+					continue
+				}
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			break
+		}
+		// Exited (the port can take a moment to be free again after a
+		// stop), or no answer in time.
+		if time.Now().After(deadline) {
+			r.t.Fatalf("testenv: redis-server on %s did not start: %s", r.Addr(), r.log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop kills the server and waits for its exit; its keys are gone.
+// Stopping a stopped server does nothing.
+func (r *RedisProc) Stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.exited
+	r.cmd = nil
+}

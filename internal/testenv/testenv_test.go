@@ -117,3 +117,59 @@ func TestRedisInstancesArePrivate(t *testing.T) {
 		t.Fatalf("a FLUSHALL on one instance reached the other: %q, %v", v, err)
 	}
 }
+
+// A stopped RedisServer refuses connections, and one started again listens
+// on the same address, empty.
+func TestRedisServerStopsAndStartsEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := testenv.RedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING answered with the server stopped")
+	}
+	r.Start()
+	if err := c.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET after a restart = %v, want nil: nothing is persisted", err)
+	}
+}
+
+// A PrivateCluster's committed rows survive an immediate shutdown; while
+// it is stopped nothing connects.
+func TestPrivateClusterStopsAndStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.PrivateCluster(t)
+	dsn := c.CreateDatabase("t")
+	exec := func(sql string) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	if err := exec("CREATE TABLE t (n int); INSERT INTO t VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	if err := exec("SELECT 1"); err == nil {
+		t.Fatal("connected to a stopped cluster")
+	}
+	c.Start()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT n FROM t").Scan(&n); err != nil || n != 7 {
+		t.Fatalf("after the restart: %d, %v", n, err)
+	}
+}

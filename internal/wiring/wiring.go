@@ -120,7 +120,8 @@ const (
 
 // New connects to Postgres and Redis and builds the gateway on them. The
 // schema is not migrated here (that is `gateway migrate`); Ready reports it.
-// Close releases what New opened, also when New fails half-way.
+// Neither service has to answer yet: see openPool. Close releases what New
+// opened, also when New fails half-way.
 func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if o.Telemetry == nil {
 		return nil, errors.New("wiring: Telemetry is required")
@@ -172,10 +173,11 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 			g.Close()
 		}
 	}()
-	if g.Pool, err = storage.OpenPool(ctx, s.DatabaseURL, storage.WithTracing(tel.TracerProvider)); err != nil {
+	if g.Pool, err = openPool(ctx, s.DatabaseURL, log, storage.WithTracing(tel.TracerProvider)); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	g.Redis = redis.NewUniversalClient(ropts)
+	g.Redis = RedisClient(ropts)
+	probeRedis(ctx, g.Redis, log)
 	// Without the caller's file and line (a stack walk per command) and the
 	// command text (keys and owner tokens, formatted per command whether or
 	// not the span is sampled): the span's name already says which command.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -105,5 +107,54 @@ func TestReadyWaitsForMigrations(t *testing.T) {
 	}
 	if code := readyz(); code != http.StatusOK {
 		t.Fatalf("/readyz after migrating = %d", code)
+	}
+}
+
+// Postgres and Redis that do not answer at start do not stop New: the
+// gateway comes up unready, saying which is missing, and the clients
+// connect once the services are there.
+func TestNewStartsWithoutItsServices(t *testing.T) {
+	t.Parallel()
+	o := options(t, map[string]string{
+		"GATEWAY_DATABASE_URL": "postgres://ackgate@127.0.0.1:1/none?sslmode=disable&connect_timeout=2",
+		"GATEWAY_REDIS_URL":    "redis://127.0.0.1:1/0",
+		"GUARDED_TOKEN":        "guarded-token-0123",
+	})
+	gw, err := wiring.New(context.Background(), o)
+	if err != nil {
+		t.Fatalf("New with Postgres and Redis down = %v, want a gateway that waits for them", err)
+	}
+	t.Cleanup(gw.Close)
+	if err := gw.Ready(context.Background()); err == nil || !strings.HasPrefix(err.Error(), "postgres:") {
+		t.Fatalf("Ready = %v, want postgres named", err)
+	}
+}
+
+// A server that answers and refuses what was asked of it will not change
+// its mind by waiting: a database that does not exist stops the start.
+func TestNewRefusesADatabaseThatDoesNotExist(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testenv.DefaultDatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base := os.Getenv("ACKGATE_TEST_DATABASE_URL"); base != "" {
+		if u, err = url.Parse(base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.Path = "/ackgate_no_such_database"
+	o := options(t, map[string]string{
+		"GATEWAY_DATABASE_URL": u.String(),
+		"GATEWAY_REDIS_URL":    "redis://" + testenv.Redis(t),
+		"GUARDED_TOKEN":        "guarded-token-0123",
+	})
+	gw, err := wiring.New(context.Background(), o)
+	if err == nil {
+		gw.Close()
+		t.Fatal("New succeeded against a database that does not exist")
+	}
+	if !strings.Contains(err.Error(), "3D000") {
+		t.Fatalf("New = %v, want the server's refusal (3D000)", err)
 	}
 }

@@ -13,7 +13,8 @@
 // documented "nothing happened"), a connection cut after the effect was
 // applied, an answer held past the caller's deadline after the effect was
 // applied, a lookup that is unavailable. A body whose JSON carries "poison"
-// fails every time: "terminal" with 422, "retryable" with 503.
+// fails every time until it is cured (Cure): "terminal" with 422,
+// "retryable" with 503.
 //
 // An effect is applied as soon as the request is read, before any fault that
 // loses the answer. A provider that applies after its caller gave up is a
@@ -124,6 +125,8 @@ type Server struct {
 	rng  *rand.Rand
 	eps  map[string]*endpointState
 	next int
+	// cured holds digests of poisoned bodies the service accepts now.
+	cured map[string]bool
 }
 
 type endpointState struct {
@@ -136,7 +139,7 @@ func New(endpoints []Endpoint, f Faults, broken Broken, seed uint64) *Server {
 	s := &Server{
 		faults: f, broken: broken, mux: http.NewServeMux(),
 		rng: rand.New(rand.NewPCG(seed, seed^0x51ed2701)),
-		eps: map[string]*endpointState{},
+		eps: map[string]*endpointState{}, cured: map[string]bool{},
 	}
 	for _, ep := range endpoints {
 		s.eps[ep.Name] = &endpointState{rec: EndpointRecord{Endpoint: ep}, byKey: map[string][]int{}}
@@ -163,6 +166,28 @@ func (s *Server) Records() []EndpointRecord {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Endpoint.Name < out[j].Endpoint.Name })
 	return out
+}
+
+// Applied answers what an operator would ask the provider's own console:
+// did an effect under key take place on endpoint, and under which result
+// id (the first, when there were several).
+func (s *Server) Applied(endpoint, key string) (resultID string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.eps[endpoint]
+	if st == nil || len(st.byKey[key]) == 0 {
+		return "", false
+	}
+	return st.rec.Applications[st.byKey[key][0]].ResultID, true
+}
+
+// Cure makes the service accept the poisoned body with this digest from
+// now on, as a provider does once the fault that refused it is fixed: the
+// operator's step before replaying a dead letter.
+func (s *Server) Cure(bodySHA256 string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cured[bodySHA256] = true
 }
 
 func (s *Server) chance(p float64) bool {
@@ -196,7 +221,7 @@ func (s *Server) handleEffect(name string) http.Handler {
 		st := s.eps[name]
 		st.rec.Counts.Calls++
 		switch {
-		case mark.Poison == "terminal" || mark.Poison == "retryable":
+		case (mark.Poison == "terminal" || mark.Poison == "retryable") && !s.cured[app.BodySHA256]:
 			st.rec.Counts.PoisonRefusals++
 			s.mu.Unlock()
 			status := http.StatusUnprocessableEntity

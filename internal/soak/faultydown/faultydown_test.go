@@ -1,6 +1,8 @@
 package faultydown
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -182,5 +184,34 @@ func TestBrokenServices(t *testing.T) {
 	}
 	if _, err := ParseBroken("sometimes"); err == nil {
 		t.Error("ParseBroken accepted an unknown name")
+	}
+}
+
+// A cured poisoned body is applied like any other, once; Applied then
+// answers for its key, as the provider's console would.
+func TestCuredPoisonIsAppliedAndLookedUp(t *testing.T) {
+	t.Parallel()
+	s, url := serve(t, Faults{}, NotBroken)
+	body := `{"poison":"terminal"}`
+	if a := call(t, http.DefaultClient, url+"/dedupe/effects", "k1", body); a.status != 422 {
+		t.Fatalf("before the cure: %+v", a)
+	}
+	if _, ok := s.Applied("dedupe", "k1"); ok {
+		t.Fatal("Applied before any effect")
+	}
+	sum := sha256.Sum256([]byte(body))
+	s.Cure(hex.EncodeToString(sum[:]))
+	a := call(t, http.DefaultClient, url+"/dedupe/effects", "k1", body)
+	if a.status != http.StatusCreated || a.id == "" {
+		t.Fatalf("after the cure: %+v", a)
+	}
+	if id, ok := s.Applied("dedupe", "k1"); !ok || id != a.id {
+		t.Fatalf("Applied = %q, %v; want %q", id, ok, a.id)
+	}
+	if a := call(t, http.DefaultClient, url+"/dedupe/effects", "k2", `{"poison":"retryable"}`); a.status != 503 {
+		t.Fatalf("another poisoned body after one cure: %+v", a)
+	}
+	if rec := record(s, "dedupe"); len(rec.Applications) != 1 || rec.Counts.PoisonRefusals != 2 {
+		t.Fatalf("record %+v", rec)
 	}
 }

@@ -70,6 +70,16 @@ type Config struct {
 	// Concurrency caps push requests in flight.
 	Concurrency int
 	Seed        uint64
+	// Timeline keeps every push's answer with its time (Timeline), for
+	// measuring what a fault cost.
+	Timeline bool
+}
+
+// Answer is one push request's end: when, and its status (0 for a timeout
+// or a broken connection).
+type Answer struct {
+	At     time.Time
+	Status int
 }
 
 func (c *Config) validate() error {
@@ -141,7 +151,10 @@ type Sim struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	outcomes []Outcome
+	settled  []bool
+	pending  int
 	stats    Stats
+	timeline []Answer
 }
 
 // New returns a simulator; Publish starts delivering.
@@ -171,6 +184,8 @@ func (s *Sim) Publish(ctx context.Context, m Message) int {
 	s.mu.Lock()
 	h := len(s.outcomes)
 	s.outcomes = append(s.outcomes, Outcome{})
+	s.settled = append(s.settled, false)
+	s.pending++
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -178,6 +193,8 @@ func (s *Sim) Publish(ctx context.Context, m Message) int {
 		out := s.deliverUntilSettled(ctx, m)
 		s.mu.Lock()
 		s.outcomes[h] = out
+		s.settled[h] = true
+		s.pending--
 		switch {
 		case out.Acked:
 			s.stats.Acked++
@@ -200,6 +217,30 @@ func (s *Sim) Outcome(h int) Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.outcomes[h]
+}
+
+// Settled returns the outcome of the message with handle h, and whether it
+// is settled yet (acked, dead-lettered or abandoned); it may be called at
+// any time.
+func (s *Sim) Settled(h int) (Outcome, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outcomes[h], s.settled[h]
+}
+
+// Unsettled counts the published messages not settled yet.
+func (s *Sim) Unsettled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
+}
+
+// Timeline returns every answer so far, in the order they came (with
+// Config.Timeline).
+func (s *Sim) Timeline() []Answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Answer(nil), s.timeline...)
 }
 
 // Stats returns the counts so far.
@@ -335,6 +376,9 @@ func (s *Sim) push(ctx context.Context, url string, body []byte) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Deliveries++
+	if s.cfg.Timeline {
+		s.timeline = append(s.timeline, Answer{At: time.Now(), Status: status})
+	}
 	switch {
 	case status != 0:
 		s.stats.Statuses[status]++

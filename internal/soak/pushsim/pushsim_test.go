@@ -209,3 +209,29 @@ func TestCancelledRunAbandonsMessages(t *testing.T) {
 		t.Fatalf("outcome %+v, want abandoned", out)
 	}
 }
+
+// Settled and Unsettled answer while deliveries go on: a message nacked
+// until its endpoint lets it through is unsettled until then.
+func TestSettledWhileDelivering(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	s := newSim(t, Config{Endpoints: []string{srv.URL}, MaxDeliveryAttempts: 1000})
+	h := s.Publish(context.Background(), message())
+	if _, done := s.Settled(h); done || s.Unsettled() != 1 {
+		t.Fatalf("settled before any ack: %v, %d unsettled", done, s.Unsettled())
+	}
+	close(release)
+	s.Wait()
+	if out, done := s.Settled(h); !done || !out.Acked || s.Unsettled() != 0 {
+		t.Fatalf("after the ack: %+v, settled %v, %d unsettled", out, done, s.Unsettled())
+	}
+}
