@@ -131,6 +131,21 @@ func SchemaCurrent(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 // OpenPool connects to Postgres and checks the connection once, so a wrong URL
 // or a down server fails at start-up rather than on the first delivery.
 func OpenPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgxpool.Pool, error) {
+	pool, err := NewPool(ctx, databaseURL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("storage: open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// NewPool is the gateway's pool for databaseURL, configured as every
+// gateway session is (PlanAsLookups, then opts), without connecting: the
+// gateway serves, and answers readiness, while Postgres is away.
+func NewPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open pool: %w", err)
@@ -141,10 +156,6 @@ func OpenPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgx
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open pool: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
 		return nil, fmt.Errorf("storage: open pool: %w", err)
 	}
 	return pool, nil

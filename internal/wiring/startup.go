@@ -30,21 +30,14 @@ import (
 // service that does not answer delays the listeners by at most this much.
 const startupProbe = 5 * time.Second
 
-// openPool builds the ledger's pool without requiring a connection: it is
-// storage.OpenPool's configuration (the same options), with the start-up
-// ping reduced to a probe whose failure is logged rather than fatal, except
-// for the refusals listed in fatalAtStart.
+// openPool builds the ledger's pool without requiring a connection
+// (storage.NewPool), with the start-up ping reduced to a probe whose
+// failure is logged rather than fatal, except for the refusals listed in
+// fatalAtStart.
 func openPool(ctx context.Context, databaseURL string, log *slog.Logger, opts ...storage.PoolOption) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
+	pool, err := storage.NewPool(ctx, databaseURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open pool: %w", err)
-	}
-	for _, o := range opts {
-		o(cfg)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("storage: open pool: %w", err)
+		return nil, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, startupProbe)
 	defer cancel()

@@ -158,3 +158,35 @@ func TestNewRefusesADatabaseThatDoesNotExist(t *testing.T) {
 		t.Fatalf("New = %v, want the server's refusal (3D000)", err)
 	}
 }
+
+// Every session of the gateway's pool plans as storage.PlanAsLookups says:
+// without it, the ledger's statements keep plans cached while the table
+// was small, which read the whole table as it grows.
+func TestGatewaySessionsPlanAsLookups(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.DatabaseURL(t)
+	o := options(t, map[string]string{
+		"GATEWAY_DATABASE_URL": dbURL,
+		"GATEWAY_REDIS_URL":    "redis://" + testenv.Redis(t),
+		"GUARDED_TOKEN":        "guarded-token-0123",
+	})
+	gw, err := wiring.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	want := map[string]string{}
+	storage.PlanAsLookups(want)
+	if len(want) == 0 {
+		t.Fatal("PlanAsLookups sets nothing")
+	}
+	for name, v := range want {
+		var got string
+		if err := gw.Pool.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != v {
+			t.Errorf("%s = %q in the gateway's sessions, want %q", name, got, v)
+		}
+	}
+}
