@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,10 +159,21 @@ var errTrailing = errors.New("trailing data")
 // (413), unknown fields, trailing data and anything that is not JSON (400).
 // Its answers name fields and positions, never the body's values.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxResolutionBody))
-	dec.DisallowUnknownFields()
 	var tooBig *http.MaxBytesError
-	err := dec.Decode(v)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxResolutionBody))
+	if err == nil {
+		// An operator's reason or note is kept as written: decoding would
+		// replace bytes that are not UTF-8 with U+FFFD without a word.
+		if why := gate.ExactJSON(body); why != "" {
+			writeProblem(w, http.StatusBadRequest, "body "+why)
+			return false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err == nil {
+		err = dec.Decode(v)
+	}
 	if err == nil {
 		if _, after := dec.Token(); after != io.EOF {
 			err = errTrailing
