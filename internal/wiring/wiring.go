@@ -175,6 +175,11 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if g.Pool, err = storage.OpenPool(ctx, s.DatabaseURL, storage.WithTracing(tel.TracerProvider)); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
+	// A local route whose role or grants are wrong would nack every
+	// delivery; it is refused here, before any is taken.
+	if err = storage.CheckLocalRoutes(ctx, g.Pool, o.Routes); err != nil {
+		return nil, fmt.Errorf("local routes: %w", err)
+	}
 	g.Redis = redis.NewUniversalClient(ropts)
 	// Without the caller's file and line (a stack walk per command) and the
 	// command text (keys and owner tokens, formatted per command whether or
