@@ -208,6 +208,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		byName[r.Name] = r
 	}
 	auth.Subscriptions = g.Subscriptions
+	auth.SNS.ShareCerts(storage.NewSNSCerts(g.Redis))
 	g.IngestOptions = handlers.IngestOptions{
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
