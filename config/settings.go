@@ -16,6 +16,7 @@ import (
 
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/seal"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
 )
@@ -103,6 +104,11 @@ type Settings struct {
 	// KeyHashSecret keys the hash of operation keys drawn from private fields
 	// (gate.NewKeyHash); required when a route keys on one.
 	KeyHashSecret string `envconfig:"KEY_HASH_SECRET" desc:"secret of the HMAC-SHA256 that operation keys drawn from private fields are kept as (required when a route keys on one, at least 32 characters; changing it makes redeliveries of such messages look new)"`
+	// OutboxKey seals a handoff route's private JSON-pointer values while
+	// they wait in the outbox (package seal); OutboxOldKeys only open
+	// values sealed before a rotation.
+	OutboxKey     string   `envconfig:"OUTBOX_KEY" desc:"key that seals a handoff route's private JSON-pointer values in the outbox, as ID:BASE64 (32 bytes, openssl rand -base64 32); required when a handoff route lists a private JSON pointer"`
+	OutboxOldKeys []string `envconfig:"OUTBOX_OLD_KEYS" desc:"comma-separated earlier outbox keys (ID:BASE64), kept after a rotation only to open entries sealed with them"`
 
 	// Broker authentication (package brokerauth). The trusted prefixes are
 	// for SNS emulators only and stay empty in production.
@@ -293,6 +299,9 @@ func (s Settings) Validate() error {
 		}
 	}
 	errs = append(errs, s.checkConsole()...)
+	if _, err := s.OutboxKeyring(); err != nil {
+		errs = append(errs, err)
+	}
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
 	}
@@ -394,6 +403,62 @@ func (s Settings) CheckKeyHashSecret(routes []*gate.Route) error {
 	return nil
 }
 
+// OutboxKeyring is the keyring of GATEWAY_OUTBOX_KEY and
+// GATEWAY_OUTBOX_OLD_KEYS, or nil when no key is set. Errors name the
+// variable and never quote a secret.
+func (s Settings) OutboxKeyring() (*seal.Keyring, error) {
+	if s.OutboxKey == "" {
+		if len(s.OutboxOldKeys) > 0 {
+			return nil, fmt.Errorf("%s_OUTBOX_OLD_KEYS: set without %s_OUTBOX_KEY: old keys only open what a current key's predecessors sealed", EnvPrefix, EnvPrefix)
+		}
+		return nil, nil
+	}
+	current, err := seal.ParseKey(s.OutboxKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s_OUTBOX_KEY: %w", EnvPrefix, err)
+	}
+	old := make([]seal.Key, 0, len(s.OutboxOldKeys))
+	for i, raw := range s.OutboxOldKeys {
+		k, err := seal.ParseKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s_OUTBOX_OLD_KEYS: item %d: %w", EnvPrefix, i+1, err)
+		}
+		old = append(old, k)
+	}
+	ring, err := seal.NewKeyring(current, old...)
+	if err != nil {
+		return nil, fmt.Errorf("%s_OUTBOX_KEY, %s_OUTBOX_OLD_KEYS: %w", EnvPrefix, EnvPrefix, err)
+	}
+	return ring, nil
+}
+
+// outboxKeyID is the current outbox key's id, for the settings' log line;
+// "" when none (or when it does not parse, which Validate reports).
+func (s Settings) outboxKeyID() string {
+	k, err := seal.ParseKey(s.OutboxKey)
+	if err != nil {
+		return ""
+	}
+	return k.ID
+}
+
+// CheckOutboxKey requires GATEWAY_OUTBOX_KEY when a handoff route lists a
+// private JSON pointer: its value would otherwise wait in the outbox in
+// clear.
+func (s Settings) CheckOutboxKey(routes []*gate.Route) error {
+	for _, r := range routes {
+		if r.Shape != gate.ShapeHandoff {
+			continue
+		}
+		for _, p := range r.Private {
+			if strings.HasPrefix(p, "/") && s.OutboxKey == "" {
+				return fmt.Errorf("%s_OUTBOX_KEY: required: handoff route %q lists the private JSON pointer %s, which the outbox keeps only sealed", EnvPrefix, r.Name, p)
+			}
+		}
+	}
+	return nil
+}
+
 // RedisOptions builds the go-redis options for a standalone server (from
 // RedisURL), Sentinel (RedisAddrs + RedisMasterName) or Cluster (several
 // RedisAddrs, or RedisCluster).
@@ -469,6 +534,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.Int64("memory_limit", s.MemoryLimit),
 		slog.Float64("memory_limit_ratio", s.MemoryLimitRatio),
 		slog.Bool("key_hash_secret_set", s.KeyHashSecret != ""),
+		slog.String("outbox_key_id", s.outboxKeyID()),
+		slog.Int("outbox_old_keys", len(s.OutboxOldKeys)),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.Duration("sns_confirmation_max_age", s.SNSConfirmationMaxAge),
@@ -580,6 +647,10 @@ func (s *Settings) set(key, raw string) error {
 		s.MemoryLimitRatio, err = parseRatio(raw)
 	case "KEY_HASH_SECRET":
 		s.KeyHashSecret = raw
+	case "OUTBOX_KEY":
+		s.OutboxKey = raw
+	case "OUTBOX_OLD_KEYS":
+		s.OutboxOldKeys = parseList(raw)
 	case "OIDC_JWKS_URL":
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"log/slog"
 	"os"
 	"strings"
@@ -486,5 +487,59 @@ func TestMemoryLimitSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s=%s: %v; want an error containing %q", tc.key, tc.value, err, tc.want)
 		}
+	}
+}
+
+// GATEWAY_OUTBOX_KEY seals with a named key; GATEWAY_OUTBOX_OLD_KEYS only
+// open. Errors name the variable and never quote a secret.
+func TestOutboxKeySettings(t *testing.T) {
+	t.Parallel()
+	k1 := "2026-01:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+	k2 := "2026-07:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	s, err := config.LoadSettings(env(map[string]string{"GATEWAY_OUTBOX_KEY": k2, "GATEWAY_OUTBOX_OLD_KEYS": k1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := s.OutboxKeyring()
+	if err != nil || ring == nil || ring.CurrentID() != "2026-07" {
+		t.Fatalf("keyring %v, %v", ring, err)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("settings", "settings", s)
+	if strings.Contains(logged.String(), strings.SplitN(k2, ":", 2)[1]) || !strings.Contains(logged.String(), `"outbox_key_id":"2026-07"`) {
+		t.Errorf("settings log line: %s", logged.String())
+	}
+	none, err := config.LoadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ring, err := none.OutboxKeyring(); ring != nil || err != nil {
+		t.Fatalf("no key: %v, %v", ring, err)
+	}
+	secret := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 31))
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"GATEWAY_OUTBOX_KEY": "k:" + secret}, "GATEWAY_OUTBOX_KEY: key \"k\": the secret must be 32 bytes"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": secret}, "GATEWAY_OUTBOX_KEY: must be ID:BASE64"},
+		{map[string]string{"GATEWAY_OUTBOX_OLD_KEYS": k1}, "GATEWAY_OUTBOX_OLD_KEYS: set without GATEWAY_OUTBOX_KEY"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": k1, "GATEWAY_OUTBOX_OLD_KEYS": k2 + ",x:" + secret}, "GATEWAY_OUTBOX_OLD_KEYS: item 2:"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": k1, "GATEWAY_OUTBOX_OLD_KEYS": k1}, "given twice"},
+	} {
+		_, err := config.LoadSettings(env(tc.env))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%v: %v, want an error containing %q and no secret", tc.env, err, tc.want)
+		}
+	}
+	routes := []*gate.Route{{Name: "relay", Shape: gate.ShapeHandoff, Private: []string{"token", "/card"}}}
+	if err := none.CheckOutboxKey(routes); err == nil || !strings.Contains(err.Error(), `handoff route "relay" lists the private JSON pointer /card`) {
+		t.Errorf("a handoff route with a private pointer and no key: %v", err)
+	}
+	if err := s.CheckOutboxKey(routes); err != nil {
+		t.Errorf("with a key: %v", err)
+	}
+	if err := none.CheckOutboxKey([]*gate.Route{{Name: "r", Shape: gate.ShapeHandoff, Private: []string{"token"}}}); err != nil {
+		t.Errorf("a private attribute only: %v", err)
 	}
 }
