@@ -16,6 +16,7 @@ import (
 
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/admincred"
 	"github.com/ackgate/ackgate/internal/seal"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
@@ -69,7 +70,11 @@ type Settings struct {
 	RoutesFile string `envconfig:"ROUTES_FILE" desc:"path of the routes YAML file (required for serve and check-config)"`
 	ListenAddr string `envconfig:"LISTEN_ADDR" default:":8080" desc:"ingest listener"`
 	AdminAddr  string `envconfig:"ADMIN_ADDR" default:":8081" desc:"admin listener"`
-	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API (required for serve, at least 16 characters)"`
+	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API, known as the credential admin (serve needs it or ADMIN_TOKENS / ADMIN_TOKENS_FILE; at least 16 characters)"`
+	// AdminTokens and AdminTokensFile name each operator's own token, so
+	// that resolutions record who made them (package admincred).
+	AdminTokens     string `envconfig:"ADMIN_TOKENS" desc:"named admin credentials, NAME=TOKEN or NAME=sha256:HEX, comma-separated; every resolution, replay and console action records the name"`
+	AdminTokensFile string `envconfig:"ADMIN_TOKENS_FILE" desc:"file of named admin credentials, one NAME=TOKEN or NAME=sha256:HEX a line (# comments), read at start"`
 	// MetricsToken lets a scraper read GET /metrics without the admin token,
 	// which also reads evidence records.
 	MetricsToken string `envconfig:"METRICS_TOKEN" desc:"optional bearer token that opens GET /metrics on the admin listener and nothing else (at least 16 characters, not the admin token)"`
@@ -315,13 +320,12 @@ func (s Settings) ValidateServe() error {
 	if err := s.ValidateRoutesFile(); err != nil {
 		errs = append(errs, err)
 	}
+	creds, err := s.AdminCredentials()
 	switch {
-	case s.AdminToken == "":
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: required for serve", EnvPrefix))
-	case len(s.AdminToken) < MinAdminTokenLen:
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
-	case strings.TrimSpace(s.AdminToken) != s.AdminToken:
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: has leading or trailing white space", EnvPrefix))
+	case err != nil:
+		errs = append(errs, err)
+	case creds.Len() == 0:
+		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: required for serve, unless %s_ADMIN_TOKENS or %s_ADMIN_TOKENS_FILE names credentials", EnvPrefix, EnvPrefix, EnvPrefix))
 	}
 	switch {
 	case s.MetricsToken == "":
@@ -329,13 +333,55 @@ func (s Settings) ValidateServe() error {
 		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
 	case strings.TrimSpace(s.MetricsToken) != s.MetricsToken:
 		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: has leading or trailing white space", EnvPrefix))
-	case s.MetricsToken == s.AdminToken:
-		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must differ from the admin token: it is meant for a scraper that may not read evidence", EnvPrefix))
+	case err == nil && creds.Has(s.MetricsToken):
+		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must differ from every admin token: it is meant for a scraper that may not read evidence", EnvPrefix))
 	}
 	if sameListener(s.ListenAddr, s.AdminAddr) {
 		errs = append(errs, fmt.Errorf("%s_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR (%q): the admin API never shares the ingest listener", EnvPrefix, s.ListenAddr))
 	}
 	return errors.Join(errs...)
+}
+
+// AdminCredentials are the admin listener's named credentials:
+// GATEWAY_ADMIN_TOKEN as the name admin, and those of GATEWAY_ADMIN_TOKENS
+// and GATEWAY_ADMIN_TOKENS_FILE (read now). Errors name the variable and
+// the entry, never a token.
+func (s Settings) AdminCredentials() (*admincred.Set, error) {
+	var entries []admincred.Entry
+	var errs []error
+	if s.AdminToken != "" {
+		if err := admincred.CheckToken(s.AdminToken); err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: %w", EnvPrefix, err))
+		}
+		entries = append(entries, admincred.FromToken(admincred.AdminName, s.AdminToken))
+	}
+	if s.AdminTokens != "" {
+		more, err := admincred.Parse(s.AdminTokens)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS: %w", EnvPrefix, err))
+		}
+		entries = append(entries, more...)
+	}
+	if s.AdminTokensFile != "" {
+		text, err := os.ReadFile(s.AdminTokensFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS_FILE: %w", EnvPrefix, err))
+		} else {
+			more, err := admincred.Parse(string(text))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS_FILE %s: %w", EnvPrefix, s.AdminTokensFile, err))
+			}
+			entries = append(entries, more...)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	set, err := admincred.New(entries...)
+	if err != nil {
+		return nil, fmt.Errorf("%s_ADMIN_TOKEN, %s_ADMIN_TOKENS, %s_ADMIN_TOKENS_FILE: %w", EnvPrefix, EnvPrefix, EnvPrefix, err)
+	}
+	return set, nil
 }
 
 // ValidateRoutesFile checks that a routes file is named (serve, check-config).
@@ -522,6 +568,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("admin_addr", s.AdminAddr),
 		slog.String("admin_token", token),
 		slog.Bool("metrics_token_set", s.MetricsToken != ""),
+		slog.Bool("admin_tokens_set", s.AdminTokens != ""),
+		slog.String("admin_tokens_file", s.AdminTokensFile),
 		slog.Int64("max_body_bytes", s.MaxBodyBytes),
 		slog.Duration("read_header_timeout", s.ReadHeaderTimeout),
 		slog.Duration("read_timeout", s.ReadTimeout),
@@ -619,6 +667,10 @@ func (s *Settings) set(key, raw string) error {
 		s.AdminToken = raw
 	case "METRICS_TOKEN":
 		s.MetricsToken = raw
+	case "ADMIN_TOKENS":
+		s.AdminTokens = raw
+	case "ADMIN_TOKENS_FILE":
+		s.AdminTokensFile = raw
 	case "MAX_BODY_BYTES":
 		s.MaxBodyBytes, err = parseInt(raw)
 	case "READ_HEADER_TIMEOUT":

@@ -219,7 +219,7 @@ func TestValidateServe(t *testing.T) {
 		{"same listener", map[string]string{"GATEWAY_ADMIN_ADDR": ":8080"}, "GATEWAY_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR"},
 		{"overlapping listener", map[string]string{"GATEWAY_ADMIN_ADDR": "127.0.0.1:8080"}, "GATEWAY_ADMIN_ADDR: must differ"},
 		{"short metrics token", map[string]string{"GATEWAY_METRICS_TOKEN": "short"}, "GATEWAY_METRICS_TOKEN: must be at least 16 characters"},
-		{"metrics token is the admin token", map[string]string{"GATEWAY_METRICS_TOKEN": "0123456789abcdef"}, "GATEWAY_METRICS_TOKEN: must differ from the admin token"},
+		{"metrics token is the admin token", map[string]string{"GATEWAY_METRICS_TOKEN": "0123456789abcdef"}, "GATEWAY_METRICS_TOKEN: must differ from every admin token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -541,5 +541,68 @@ func TestOutboxKeySettings(t *testing.T) {
 	}
 	if err := none.CheckOutboxKey([]*gate.Route{{Name: "r", Shape: gate.ShapeHandoff, Private: []string{"token"}}}); err != nil {
 		t.Errorf("a private attribute only: %v", err)
+	}
+}
+
+// Named admin credentials come from GATEWAY_ADMIN_TOKENS and a file, and
+// GATEWAY_ADMIN_TOKEN is the credential admin; serve needs at least one.
+// Errors never quote a token.
+func TestAdminCredentialSettings(t *testing.T) {
+	t.Parallel()
+	file := t.TempDir() + "/tokens"
+	if err := os.WriteFile(file, []byte("# on call\ncarol=carol-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.LoadSettings(env(map[string]string{
+		"GATEWAY_ROUTES_FILE": "routes.yaml", "GATEWAY_ADMIN_TOKEN": "admin-token-0123456789",
+		"GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789,bob=bob-token-0123456789", "GATEWAY_ADMIN_TOKENS_FILE": file,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := s.AdminCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, name := range map[string]string{"admin-token-0123456789": "admin", "alice-token-0123456789": "alice", "carol-token-0123456789": "carol"} {
+		if got, ok := creds.Match(token); !ok || got != name {
+			t.Errorf("token of %s matched %q, %v", name, got, ok)
+		}
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("settings", "settings", s)
+	if strings.Contains(logged.String(), "token-0123456789") {
+		t.Errorf("settings log line carries a token: %s", logged.String())
+	}
+
+	only, err := config.LoadSettings(env(map[string]string{"GATEWAY_ROUTES_FILE": "r.yaml", "GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := only.ValidateServe(); err != nil {
+		t.Fatalf("named credentials without GATEWAY_ADMIN_TOKEN: %v", err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "GATEWAY_ADMIN_TOKEN: required for serve, unless GATEWAY_ADMIN_TOKENS"},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS": "alice=tiny-secret"}, "GATEWAY_ADMIN_TOKENS: entry 1 (alice): the token must be at least 16"},
+		{map[string]string{"GATEWAY_ADMIN_TOKEN": "admin-token-0123456789", "GATEWAY_ADMIN_TOKENS": "admin=other-token-0123456789"}, `credential "admin" is given twice`},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS_FILE": file + ".missing"}, "GATEWAY_ADMIN_TOKENS_FILE: open"},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789", "GATEWAY_METRICS_TOKEN": "alice-token-0123456789"}, "GATEWAY_METRICS_TOKEN: must differ from every admin token"},
+	} {
+		tc.env["GATEWAY_ROUTES_FILE"] = "r.yaml"
+		s, err := config.LoadSettings(env(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.ValidateServe()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "tiny-secret") {
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
+		}
 	}
 }

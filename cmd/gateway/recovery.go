@@ -77,10 +77,14 @@ func parseWithID(fs *flag.FlagSet, args []string) (string, error) {
 	return ids[0], nil
 }
 
-// actorFlag is who the resolution names: --actor, else $USER; a resolution
-// without one is refused here rather than recorded as nobody's.
-func actorFlag(fs *flag.FlagSet, getenv func(string) string) *string {
-	return fs.String("actor", getenv("USER"), "who resolves it, kept in the evidence record (default $USER)")
+// actorFlag is kept for scripts written before named credentials: the
+// gateway records the name of the credential in GATEWAY_ADMIN_TOKEN as the
+// actor, and refuses an --actor that names anyone else. --note carries free
+// text instead.
+func actorFlag(fs *flag.FlagSet, _ func(string) string) (actor, note *string) {
+	actor = fs.String("actor", "", "deprecated: the actor is the name of the credential in GATEWAY_ADMIN_TOKEN; if given, it must be that name")
+	note = fs.String("note", "", "free text kept with the reason (a ticket, on whose behalf)")
+	return actor, note
 }
 
 func needText(name, v string) error {
@@ -95,18 +99,18 @@ func opsResolve(ctx context.Context, c *adminClient, args []string, getenv func(
 	kind := fs.String("kind", "", "what happened to the effect: happened, not_happened or abandon")
 	resultID := fs.String("result-id", "", "the effect's result id at the downstream (with --kind happened)")
 	reason := fs.String("reason", "", "why, kept in the evidence record")
-	actor := actorFlag(fs, getenv)
+	actor, note := actorFlag(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the evidence record as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"kind", *kind}, {"reason", *reason}, {"actor", *actor}} {
+	for _, f := range []struct{ name, v string }{{"kind", *kind}, {"reason", *reason}} {
 		if err := needText(f.name, f.v); err != nil {
 			return err
 		}
 	}
-	req := adminapi.ResolveRequest{Kind: gate.ResolutionKind(*kind), ResultID: *resultID, Reason: *reason, Actor: *actor}
+	req := adminapi.ResolveRequest{Kind: gate.ResolutionKind(*kind), ResultID: *resultID, Reason: *reason, Note: *note, Actor: *actor}
 	var rec adminapi.EvidenceRecord
 	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/resolve", req, &rec)
 	if err != nil {
@@ -118,19 +122,17 @@ func opsResolve(ctx context.Context, c *adminClient, args []string, getenv func(
 func opsReplay(ctx context.Context, c *adminClient, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ops replay", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why, kept in the evidence record")
-	actor := actorFlag(fs, getenv)
+	actor, note := actorFlag(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the evidence record as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"reason", *reason}, {"actor", *actor}} {
-		if err := needText(f.name, f.v); err != nil {
-			return err
-		}
+	if err := needText("reason", *reason); err != nil {
+		return err
 	}
 	var rec adminapi.EvidenceRecord
-	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/replay", adminapi.ReplayRequest{Reason: *reason, Actor: *actor}, &rec)
+	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/replay", adminapi.ReplayRequest{Reason: *reason, Note: *note, Actor: *actor}, &rec)
 	if err != nil {
 		return err
 	}

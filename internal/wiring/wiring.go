@@ -30,6 +30,7 @@ import (
 	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/authlimit"
 	"github.com/ackgate/ackgate/recovery"
 	"github.com/ackgate/ackgate/storage"
 	"github.com/ackgate/ackgate/telemetry"
@@ -216,12 +217,18 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		MaxInFlight: s.MaxInFlight, AdmissionWait: s.AdmissionWait, After: g.After,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
+	creds, err := s.AdminCredentials()
+	if err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	// One limit on failed credential checks for the API and the console.
+	limiter := authlimit.New(authlimit.DefaultLimits(), nil)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
-		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
+		Credentials: creds, Evidence: g.Ledger, Routes: o.Routes, Logger: log, AuthLimiter: limiter,
 		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
 		Resolver: g.Gate, DeadLetters: g.Ledger,
 	})
-	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin); err != nil {
+	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin, creds, limiter); err != nil {
 		return nil, err
 	}
 	return g, nil
