@@ -28,7 +28,7 @@ const (
 	exitUsage       = 2 // flags or arguments the command does not take
 	exitRefused     = 3 // 409: not in this state; nothing was changed
 	exitRequest     = 4 // 400, 401, 404, 413: the request, the token or the id is wrong
-	exitUnavailable = 5 // 503 or another 5xx, or the admin API unreachable: try again
+	exitUnavailable = 5 // 503 or another 5xx, 429, or the admin API unreachable: try again
 )
 
 // exitError is an error with the process exit status it calls for.
@@ -49,7 +49,7 @@ func exitCodeFor(status int) int {
 	switch {
 	case status == http.StatusConflict:
 		return exitRefused
-	case status >= 500:
+	case status >= 500, status == http.StatusTooManyRequests:
 		return exitUnavailable
 	case status >= 400:
 		return exitRequest
