@@ -224,6 +224,11 @@ func TestSessionAndCSRF(t *testing.T) {
 	if r.status != http.StatusBadRequest || e.interventions(id2) != 0 || !strings.Contains(r.body, "reason is required") {
 		t.Fatalf("resolution without a reason: %d\n%s", r.status, grep(r.body, "problem"))
 	}
+	// An operator's text is kept as written or refused, never repaired.
+	r = c.do(http.MethodPost, "/console/operations/"+id2+"/resolve", url.Values{"kind": {"abandon"}, "reason": {"checked \xff"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusBadRequest || e.interventions(id2) != 0 || !strings.Contains(r.body, "not valid UTF-8") {
+		t.Fatalf("resolution with a reason that is not UTF-8: %d\n%s", r.status, grep(r.body, "problem"))
+	}
 	r = c.do(http.MethodPost, resolvePath, url.Values{"kind": {"abandon"}, "reason": {"again"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
 	if r.status != http.StatusConflict || e.interventions(id) != 1 {
 		t.Fatalf("abandoning a pending operation: %d\n%s", r.status, grep(r.body, "problem"))
