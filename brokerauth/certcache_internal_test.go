@@ -121,8 +121,10 @@ func TestFetchBudget(t *testing.T) {
 	for range 10 {
 		b.take(now, "a") // spending a's budget further
 	}
-	if !b.take(now, "b") || !b.take(now, "b") || b.take(now, "b") {
-		t.Fatal("host b's budget depends on host a's")
+	for i, want := range []bool{true, true, false} {
+		if got := b.take(now, "b"); got != want {
+			t.Fatalf("host b, fetch %d: %v, want %v: its budget depends on host a's", i+1, got, want)
+		}
 	}
 	if !b.take(now, "c") || b.take(now, "d") {
 		t.Fatal("hosts tracked per interval not bounded")
