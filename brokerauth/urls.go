@@ -131,8 +131,9 @@ func (p *URLPolicy) check(raw, field string) (*url.URL, error) {
 	return nil, fail(Forbidden, nil, "%s is not an https URL on an SNS host (sns.<region>.amazonaws.com)", field)
 }
 
-// topicARNRE is an SNS topic ARN: arn:PARTITION:sns:REGION:ACCOUNT:NAME.
-var topicARNRE = regexp.MustCompile(`^arn:(aws|aws-cn|aws-us-gov):sns:([a-z0-9-]+):[0-9]{12}:[A-Za-z0-9_.-]{1,256}$`)
+// topicARNRE is an SNS topic ARN: arn:PARTITION:sns:REGION:ACCOUNT:NAME,
+// as config accepts it for a route's sources.
+var topicARNRE = regexp.MustCompile(`^arn:(aws[a-z-]*):sns:([a-z0-9-]+):[0-9]{12}:[A-Za-z0-9_.-]{1,256}$`)
 
 // TopicRegion is the region a topic ARN names, and the host of SNS's
 // endpoint there (sns.REGION.amazonaws.com, .amazonaws.com.cn in China);
@@ -155,12 +156,12 @@ func TopicRegion(arn string) (region, host string, ok bool) {
 // anything is fetched for it, so messages naming other hosts can never
 // spend the fetches of the route's own.
 func RegionAllowed(topicArn string, topics []string) bool {
-	_, host, ok := TopicRegion(topicArn)
-	if !ok {
+	m := topicARNRE.FindStringSubmatch(topicArn)
+	if m == nil {
 		return false
 	}
 	for _, t := range topics {
-		if _, h, ok := TopicRegion(t); ok && h == host {
+		if o := topicARNRE.FindStringSubmatch(t); o != nil && o[1] == m[1] && o[2] == m[2] {
 			return true
 		}
 	}
