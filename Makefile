@@ -90,7 +90,8 @@ test: services chromium lint
 FUZZTIME ?= 10000x
 FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
 	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS \
-	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery
+	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery \
+	./internal/seal:FuzzSealRoundTrip
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -183,20 +183,29 @@ type PoisonList struct {
 }
 
 // ResolveRequest is the body of POST /v1/operations/{id}/resolve: what an
-// operator found out about the effect, and who says so and why.
+// operator found out about the effect, and why. Who says so is not the
+// caller's to write: the resolution is recorded under the name of the
+// admin credential the request carried ("api:NAME").
 type ResolveRequest struct {
 	Kind gate.ResolutionKind `json:"kind"`
 	// ResultID is the effect's evidence; required for "happened" and
 	// refused for the other kinds.
 	ResultID string `json:"result_id,omitempty"`
 	Reason   string `json:"reason"`
-	Actor    string `json:"actor"`
+	// Note is optional free text kept with the reason (a ticket, on whose
+	// behalf).
+	Note string `json:"note,omitempty"`
+	// Actor is accepted for older clients only when it names the
+	// credential itself (NAME or api:NAME); any other value is refused.
+	Actor string `json:"actor,omitempty"`
 }
 
-// ReplayRequest is the body of POST /v1/operations/{id}/replay.
+// ReplayRequest is the body of POST /v1/operations/{id}/replay; its fields
+// are ResolveRequest's.
 type ReplayRequest struct {
 	Reason string `json:"reason"`
-	Actor  string `json:"actor"`
+	Note   string `json:"note,omitempty"`
+	Actor  string `json:"actor,omitempty"`
 }
 
 // Who took a terminal operation out of circulation.

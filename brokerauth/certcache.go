@@ -3,23 +3,49 @@ package brokerauth
 import (
 	"context"
 	"crypto/rsa"
+	"errors"
 	"sync"
 	"time"
 )
 
+// CertStore keeps genuine SNS signing certificates where every replica finds
+// them (storage.SNSCerts keeps them in Redis), so that a replica with a cold
+// cache (a restart, a scale-out) verifies without fetching, and a flood of
+// messages naming bogus certificate URLs, which spends fetch budgets, cannot
+// keep it from verifying genuine ones. Only certificates that were fetched
+// from an allowed URL and parsed are put; anything read back is parsed again.
+// The store is a shortcut, never a requirement: when it fails, the verifier
+// fetches as it would without one.
+type CertStore interface {
+	// Cert returns the PEM kept for url; found is false when there is none.
+	Cert(ctx context.Context, url string) (pemBytes []byte, found bool, err error)
+	// PutCert keeps pemBytes for url until until.
+	PutCert(ctx context.Context, url string, pemBytes []byte, until time.Time) error
+}
+
+// storeTimeout bounds one CertStore call: a slow store must not eat the
+// time SNS gives a delivery.
+const storeTimeout = time.Second
+
 // certCache keeps signing keys by certificate URL, at most max of them.
 //
 // A message names the URL the gateway fetches, and anyone can send a message,
-// so every fetch is an outbound request an attacker may ask for. Three things
-// keep that bounded: concurrent requests for one URL share one fetch; a failed
-// fetch is remembered for failTTL, so a flood naming one URL costs one
-// request per failTTL; and a budget caps fetches per host, and in all, per
-// interval, so a flood of ever new URLs costs at most the budget. A fetch the
-// budget refuses is Unavailable (SNS retries later) and is not remembered.
+// so every fetch is an outbound request an attacker may ask for. Four things
+// keep that bounded: the host must be the SNS endpoint of the region the
+// message's topic names, which a route allows (Verify, and the handler's
+// check of the route's topics); concurrent requests for one URL share one
+// fetch; a failed fetch is remembered for failTTL, so a flood naming one URL
+// costs one request per failTTL; and a budget caps fetches per host and
+// interval, so a flood of ever new URLs costs at most the budget of the
+// hosts it may name. The budget is per host and nothing else: fetches
+// refused on one host never stop another host's. A fetch the budget refuses
+// is Unavailable (SNS retries later) and is not remembered.
 type certCache struct {
-	ttl, failTTL time.Duration
-	max          int
-	now          func() time.Time
+	ttl, failTTL, shareTTL time.Duration
+	max                    int
+	now                    func() time.Time
+	// store is set before the cache is used (SNSVerifier.ShareCerts).
+	store CertStore
 
 	mu      sync.Mutex
 	entries map[string]*certEntry
@@ -33,50 +59,61 @@ type certEntry struct {
 	fetched time.Time
 }
 
-// fetchBudget counts fetches in fixed windows of interval: at most perHost to
-// one host and total to all hosts together. One window for every host keeps
-// the map bounded by total.
+// fetchBudget counts fetches in fixed windows of interval: at most perHost
+// to each host. maxHosts bounds how many hosts one window tracks, only so
+// that the map stays small; the hosts a message may name are the SNS
+// endpoints of the regions routes allow, far fewer.
 type fetchBudget struct {
-	perHost, total int
-	interval       time.Duration
+	perHost, maxHosts int
+	interval          time.Duration
 
 	start  time.Time
-	all    int
 	byHost map[string]int
 }
 
 func (b *fetchBudget) take(now time.Time, host string) bool {
 	if b.byHost == nil || now.Sub(b.start) >= b.interval || now.Before(b.start) {
-		b.start, b.all, b.byHost = now, 0, map[string]int{}
+		b.start, b.byHost = now, map[string]int{}
 	}
-	if b.all >= b.total || b.byHost[host] >= b.perHost {
+	n, seen := b.byHost[host]
+	if n >= b.perHost || (!seen && len(b.byHost) >= b.maxHosts) {
 		return false
 	}
-	b.all++
-	b.byHost[host]++
+	b.byHost[host] = n + 1
 	return true
 }
 
 type certCacheOptions struct {
-	ttl, failTTL   time.Duration
-	max            int
-	perHost, total int
-	interval       time.Duration
-	now            func() time.Time
+	ttl, failTTL, shareTTL time.Duration
+	max                    int
+	perHost, maxHosts      int
+	interval               time.Duration
+	now                    func() time.Time
 }
 
 func newCertCache(o certCacheOptions) *certCache {
 	return &certCache{
-		ttl: o.ttl, failTTL: o.failTTL, max: o.max, now: o.now,
+		ttl: o.ttl, failTTL: o.failTTL, shareTTL: o.shareTTL, max: o.max, now: o.now,
 		entries: map[string]*certEntry{},
-		budget:  fetchBudget{perHost: o.perHost, total: o.total, interval: o.interval},
+		budget:  fetchBudget{perHost: o.perHost, maxHosts: o.maxHosts, interval: o.interval},
 	}
 }
 
-type fetchFunc func(ctx context.Context, url string) (*rsa.PublicKey, error)
+// fetched is a certificate as downloaded: its key, its PEM (what a store
+// keeps) and the end of its validity.
+type fetched struct {
+	key      *rsa.PublicKey
+	pem      []byte
+	notAfter time.Time
+}
 
-// get returns the key at url, which lives on host, fetching it when it is not
-// cached and the budget allows.
+type fetchFunc func(ctx context.Context, url string) (*fetched, error)
+
+var errNoBudget = fail(Unavailable, nil, "signing certificate cannot be fetched now: too many certificate fetches from its host")
+
+// get returns the key at url, which lives on host: from this replica's
+// cache, else from the shared store, else fetched when the host's budget
+// allows.
 func (c *certCache) get(ctx context.Context, url, host string, fetch fetchFunc) (*rsa.PublicKey, error) {
 	c.mu.Lock()
 	now := c.now()
@@ -87,29 +124,70 @@ func (c *certCache) get(ctx context.Context, url, host string, fetch fetchFunc) 
 				c.mu.Unlock()
 				return e.key, e.err
 			}
-			// Expired: fetch again below.
+			// Expired: look again below.
 		default:
 			c.mu.Unlock()
 			return c.wait(ctx, e)
 		}
-	}
-	if !c.budget.take(now, host) {
-		c.mu.Unlock()
-		return nil, fail(Unavailable, nil, "signing certificate cannot be fetched now: too many certificate fetches from its host")
 	}
 	e := &certEntry{done: make(chan struct{})}
 	c.evictLocked(now)
 	c.entries[url] = e
 	c.mu.Unlock()
 
-	// The fetch belongs to every waiter, not to the request that started it,
-	// so it is not cancelled with that request; fetch bounds it itself.
-	key, err := fetch(context.WithoutCancel(ctx), url)
+	// The lookup belongs to every waiter, not to the request that started
+	// it, so it is not cancelled with that request; its calls bound
+	// themselves.
+	key, err := c.load(context.WithoutCancel(ctx), url, host, fetch)
 	c.mu.Lock()
 	e.key, e.err, e.fetched = key, err, c.now()
 	close(e.done)
+	if errors.Is(err, errNoBudget) && c.entries[url] == e {
+		delete(c.entries, url) // a refusal of ours, not the URL's answer
+	}
 	c.mu.Unlock()
 	return key, err
+}
+
+// load finds the key at url in the shared store, or fetches it and shares
+// it.
+func (c *certCache) load(ctx context.Context, url, host string, fetch fetchFunc) (*rsa.PublicKey, error) {
+	if c.store != nil {
+		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		pemBytes, found, err := c.store.Cert(sctx, url)
+		cancel()
+		if err == nil && found {
+			if cert, err := parseCert(pemBytes); err == nil {
+				return cert.key, nil
+			}
+		}
+	}
+	c.mu.Lock()
+	ok := c.budget.take(c.now(), host)
+	c.mu.Unlock()
+	if !ok {
+		return nil, errNoBudget
+	}
+	cert, err := fetch(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if c.store != nil {
+		// Kept until the certificate expires, and no longer than shareTTL;
+		// one that has already expired (archived messages carry such) is
+		// shared as long as this replica keeps it.
+		now := c.now()
+		until := now.Add(c.shareTTL)
+		if !cert.notAfter.After(now) {
+			until = now.Add(c.ttl)
+		} else if cert.notAfter.Before(until) {
+			until = cert.notAfter
+		}
+		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		_ = c.store.PutCert(sctx, url, cert.pem, until) // a shortcut for others; failing it costs them a fetch
+		cancel()
+	}
+	return cert.key, nil
 }
 
 // expiry is when a finished entry stops being served.

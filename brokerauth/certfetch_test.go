@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,9 +110,22 @@ func (h *snsHosts) verifier(t *testing.T, clock *fakeClock) *brokerauth.SNSVerif
 	return v
 }
 
-// message is a notification signed by the stand-in's key, naming certURL.
+// message is a notification signed by the stand-in's key, naming certURL,
+// from a topic in the region of certURL's host (SNS signs with its own
+// region's certificate).
 func (h *snsHosts) message(certURL string) *brokerauth.SNSMessage {
-	m := h.signer.Notification("arn:aws:sns:us-east-1:123456789012:orders", "n-1", "hello")
+	region := "us-east-1"
+	if u, err := url.Parse(certURL); err == nil {
+		if r, ok := strings.CutPrefix(strings.TrimSuffix(u.Host, ".amazonaws.com"), "sns."); ok {
+			region = r
+		}
+	}
+	return h.messageFrom("arn:aws:sns:"+region+":123456789012:orders", certURL)
+}
+
+// messageFrom is message from the topic topicArn, wherever certURL is.
+func (h *snsHosts) messageFrom(topicArn, certURL string) *brokerauth.SNSMessage {
+	m := h.signer.Notification(topicArn, "n-1", "hello")
 	m.SigningCertURL = certURL
 	return h.signer.Sign(m, "2")
 }
@@ -256,5 +271,62 @@ func TestSNSConcurrentCertFetchesCollapse(t *testing.T) {
 	}
 	if n := h.hitsOn(snsHost); n != 1 {
 		t.Fatalf("20 concurrent messages fetched the certificate %d times, want 1", n)
+	}
+}
+
+// A certificate is fetched only from the SNS endpoint of the region the
+// message's topic names: a SigningCertURL on another region's host is
+// Forbidden before anything is fetched, whatever its path.
+func TestSNSCertHostMustBeTheTopicsRegion(t *testing.T) {
+	t.Parallel()
+	h := newSNSHosts(t)
+	v := h.verifier(t, &fakeClock{now: time.Now()})
+	h.set("/SimpleNotificationService-good.pem", http.StatusOK)
+	for _, tc := range []struct{ topic, certURL string }{
+		{"arn:aws:sns:us-east-1:123456789012:orders", "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-good.pem"},
+		{"arn:aws:sns:us-east-1:123456789012:orders", "https://sns.zz-9.amazonaws.com/SimpleNotificationService-good.pem"},
+		{"arn:aws-cn:sns:cn-north-1:123456789012:orders", "https://sns.cn-north-1.amazonaws.com/SimpleNotificationService-good.pem"},
+		{"not-an-arn", "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-good.pem"},
+	} {
+		err := v.Verify(context.Background(), h.messageFrom(tc.topic, tc.certURL))
+		if brokerauth.KindOf(err) != brokerauth.Forbidden {
+			t.Errorf("topic %s, certificate %s: Verify = %v, want Forbidden", tc.topic, tc.certURL, err)
+		}
+	}
+	h.mu.Lock()
+	hits := len(h.hits)
+	h.mu.Unlock()
+	if hits != 0 {
+		t.Fatalf("certificates of other regions were fetched: %v", h.hits)
+	}
+	// The China partition's own endpoint is that region's host.
+	if err := v.Verify(context.Background(), h.messageFrom("arn:aws-cn:sns:cn-north-1:123456789012:orders",
+		"https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-good.pem")); err != nil {
+		t.Fatalf("a China topic with its own endpoint: %v", err)
+	}
+}
+
+// Fetches refused or spent on other hosts never starve a genuine host: 50
+// messages naming certificates on 50 other SNS hosts (each signed as if
+// from its region, the most a sender can do) are each fetched or refused on
+// their own host's budget, and a genuine message whose certificate is not
+// cached yet still fetches and verifies.
+func TestSNSOtherHostsNeverStarveAGenuineHost(t *testing.T) {
+	t.Parallel()
+	h := newSNSHosts(t)
+	v := h.verifier(t, &fakeClock{now: time.Now()})
+	for i := range 50 {
+		host := fmt.Sprintf("sns.zz-%d.amazonaws.com", i)
+		err := v.Verify(context.Background(), h.message("https://"+host+"/bad.pem"))
+		if brokerauth.KindOf(err) != brokerauth.Unauthenticated {
+			t.Fatalf("bogus certificate %d: Verify = %v, want Unauthenticated (fetched, 404)", i, err)
+		}
+	}
+	h.set("/SimpleNotificationService-good.pem", http.StatusOK)
+	if err := v.Verify(context.Background(), h.message("https://"+snsHost+"/SimpleNotificationService-good.pem")); err != nil {
+		t.Fatalf("genuine message after a flood on other hosts: %v", err)
+	}
+	if n := h.hitsOn(snsHost); n != 1 {
+		t.Fatalf("genuine host fetched %d times, want 1", n)
 	}
 }

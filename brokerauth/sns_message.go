@@ -66,6 +66,12 @@ type snsWire struct {
 // type signs is there. It does not verify anything; see SNSVerifier.Verify.
 // Failures are *Error of kind Malformed.
 func ParseSNSMessage(body []byte) (*SNSMessage, error) {
+	// Checked before decoding, which would replace what it cannot read with
+	// U+FFFD: two different ids or attribute values would decode as one, and
+	// MessageAttributes are not signed. SNS writes UTF-8 JSON.
+	if why := gate.ExactJSON(body); why != "" {
+		return nil, fail(Malformed, nil, "body %s, so its fields cannot be read exactly", why)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var w snsWire
 	if err := dec.Decode(&w); err != nil {

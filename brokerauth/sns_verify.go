@@ -26,16 +26,19 @@ import (
 // A failed fetch is remembered for less time than SNS's default spacing of
 // retries (20 s), so a genuine message retried after an outage is checked
 // afresh. SNS signs with one certificate per region at a time, so a handful of
-// fetches per host and minute is plenty for genuine traffic; the total bound
-// is there because the host pattern admits any region name.
+// fetches per host and minute is plenty for genuine traffic. A certificate
+// is shared with other replicas (CertStore) until it expires, for at most a
+// day, so that a replica rarely fetches at all.
 const (
 	DefaultCertTTL            = time.Hour
+	DefaultCertShareTTL       = 24 * time.Hour
 	DefaultCertFailureTTL     = 10 * time.Second
 	DefaultMaxCerts           = 64
 	DefaultFetchTimeout       = 5 * time.Second
 	DefaultCertFetchesPerHost = 10
-	DefaultCertFetchesTotal   = 30
 	DefaultCertFetchInterval  = time.Minute
+	// maxCertHosts bounds the hosts one budget window tracks.
+	maxCertHosts = 256
 	// maxCertBytes bounds a certificate download; SNS's are about 2 KB.
 	maxCertBytes = 64 << 10
 	// maxConfirmBytes bounds the ConfirmSubscription answer we read.
@@ -53,17 +56,19 @@ type SNSOptions struct {
 	// redirect could lead outside the allow-list.
 	HTTPClient *http.Client
 	// CertTTL is how long a fetched certificate is reused; MaxCerts bounds
-	// how many are kept (the oldest goes first).
-	CertTTL  time.Duration
-	MaxCerts int
+	// how many are kept (the oldest goes first). CertShareTTL bounds how
+	// long one is kept in the shared store (see ShareCerts).
+	CertTTL      time.Duration
+	CertShareTTL time.Duration
+	MaxCerts     int
 	// CertFailureTTL is how long a failed certificate fetch is remembered
 	// (and answered from) before the URL is tried again.
 	CertFailureTTL time.Duration
-	// CertFetchesPerHost and CertFetchesTotal bound the certificate fetches
-	// to one host and to all hosts in each CertFetchInterval; beyond them a
-	// message whose certificate is not cached is Unavailable.
+	// CertFetchesPerHost bounds the certificate fetches to each host in
+	// each CertFetchInterval; beyond it a message whose certificate is
+	// neither cached nor shared is Unavailable. There is no bound across
+	// hosts: fetches for one host never use up another's.
 	CertFetchesPerHost int
-	CertFetchesTotal   int
 	CertFetchInterval  time.Duration
 	// FetchTimeout bounds one certificate fetch and one confirmation GET.
 	FetchTimeout time.Duration
@@ -92,6 +97,9 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 	if o.CertTTL <= 0 {
 		o.CertTTL = DefaultCertTTL
 	}
+	if o.CertShareTTL <= 0 {
+		o.CertShareTTL = DefaultCertShareTTL
+	}
 	if o.MaxCerts <= 0 {
 		o.MaxCerts = DefaultMaxCerts
 	}
@@ -100,9 +108,6 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 	}
 	if o.CertFetchesPerHost <= 0 {
 		o.CertFetchesPerHost = DefaultCertFetchesPerHost
-	}
-	if o.CertFetchesTotal <= 0 {
-		o.CertFetchesTotal = DefaultCertFetchesTotal
 	}
 	if o.CertFetchInterval <= 0 {
 		o.CertFetchInterval = DefaultCertFetchInterval
@@ -115,8 +120,8 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 		client:  noRedirectClient(o.HTTPClient, o.FetchTimeout),
 		timeout: o.FetchTimeout,
 		certs: newCertCache(certCacheOptions{
-			ttl: o.CertTTL, failTTL: o.CertFailureTTL, max: o.MaxCerts, now: o.Now,
-			perHost: o.CertFetchesPerHost, total: o.CertFetchesTotal, interval: o.CertFetchInterval,
+			ttl: o.CertTTL, failTTL: o.CertFailureTTL, shareTTL: o.CertShareTTL, max: o.MaxCerts, now: o.Now,
+			perHost: o.CertFetchesPerHost, maxHosts: maxCertHosts, interval: o.CertFetchInterval,
 		}),
 	}, nil
 }
@@ -124,11 +129,19 @@ func NewSNSVerifier(o SNSOptions) (*SNSVerifier, error) {
 // Policy is the URL allow-list the verifier applies.
 func (v *SNSVerifier) Policy() *URLPolicy { return v.policy }
 
+// ShareCerts makes the verifier look certificates up in s before it
+// fetches, and put those it fetched there, so that replicas share them.
+// Call it before the verifier is first used.
+func (v *SNSVerifier) ShareCerts(s CertStore) { v.certs.store = s }
+
 // Verify checks m's signature against the certificate its SigningCertURL
-// names. The URL is checked before anything is fetched. A certificate that
-// cannot be had right now (no connection, a 5xx, the fetch budget spent) is
-// Unavailable; a signature that does not verify, or a URL that serves no
-// certificate, is Unauthenticated; a URL outside the allow-list is Forbidden.
+// names. The URL is checked before anything is fetched: on an SNS host it
+// must be the endpoint of the region m's TopicArn names, since SNS signs
+// with its own region's certificate. A certificate that cannot be had right
+// now (no connection, a 5xx, the host's fetch budget spent) is Unavailable;
+// a signature that does not verify, or a URL that serves no certificate, is
+// Unauthenticated; a URL outside the allow-list or another region's host is
+// Forbidden.
 func (v *SNSVerifier) Verify(ctx context.Context, m *SNSMessage) error {
 	var hash crypto.Hash
 	switch m.SignatureVersion {
@@ -150,6 +163,9 @@ func (v *SNSVerifier) Verify(ctx context.Context, m *SNSMessage) error {
 	}
 	certURL, err := v.policy.CheckCertURL(m.SigningCertURL)
 	if err != nil {
+		return err
+	}
+	if err := checkRegionHost(certURL, m.TopicArn, "SigningCertURL"); err != nil {
 		return err
 	}
 	key, err := v.certs.get(ctx, certURL.String(), certURL.Host, v.fetchCert)
@@ -187,7 +203,7 @@ func verifySum(key *rsa.PublicKey, hash crypto.Hash, s string, sig []byte) bool 
 // which say "later" too). A URL on an allowed host that answers anything else,
 // or serves something that is not a certificate, cannot be where a genuine
 // message's certificate lives: the message's signature is as good as wrong.
-func (v *SNSVerifier) fetchCert(ctx context.Context, certURL string) (*rsa.PublicKey, error) {
+func (v *SNSVerifier) fetchCert(ctx context.Context, certURL string) (*fetched, error) {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, certURL, nil)
@@ -213,18 +229,19 @@ func (v *SNSVerifier) fetchCert(ctx context.Context, certURL string) (*rsa.Publi
 	if len(body) > maxCertBytes {
 		return nil, fail(Unauthenticated, nil, "SigningCertURL serves more than %d bytes, not a certificate", maxCertBytes)
 	}
-	key, err := parseCertKey(body)
+	cert, err := parseCert(body)
 	if err != nil {
 		return nil, fail(Unauthenticated, err, "SigningCertURL serves no usable certificate")
 	}
-	return key, nil
+	return cert, nil
 }
 
-// parseCertKey returns the RSA key of the first certificate in a PEM file. The
-// certificate's validity period is not checked: the URL's host is what vouches
-// for it, as in AWS's own validators, and archived messages (the test
+// parseCert returns the RSA key of the first certificate in a PEM file, with
+// that certificate alone re-encoded as PEM (what a store keeps) and its end
+// of validity. The validity period is not checked: the URL's host is what
+// vouches for it, as in AWS's own validators, and archived messages (the test
 // vectors) carry certificates that have since expired.
-func parseCertKey(pemBytes []byte) (*rsa.PublicKey, error) {
+func parseCert(pemBytes []byte) (*fetched, error) {
 	for {
 		var block *pem.Block
 		block, pemBytes = pem.Decode(pemBytes)
@@ -242,7 +259,7 @@ func parseCertKey(pemBytes []byte) (*rsa.PublicKey, error) {
 		if !ok {
 			return nil, fmt.Errorf("certificate key is %T, not RSA", cert.PublicKey)
 		}
-		return key, nil
+		return &fetched{key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes}), notAfter: cert.NotAfter}, nil
 	}
 }
 
@@ -257,6 +274,9 @@ func (v *SNSVerifier) Confirm(ctx context.Context, m *SNSMessage) (string, error
 	}
 	u, err := v.policy.CheckSubscribeURL(m.SubscribeURL)
 	if err != nil {
+		return "", err
+	}
+	if err := checkRegionHost(u, m.TopicArn, "SubscribeURL"); err != nil {
 		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)

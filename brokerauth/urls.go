@@ -130,3 +130,58 @@ func (p *URLPolicy) check(raw, field string) (*url.URL, error) {
 	}
 	return nil, fail(Forbidden, nil, "%s is not an https URL on an SNS host (sns.<region>.amazonaws.com)", field)
 }
+
+// topicARNRE is an SNS topic ARN: arn:PARTITION:sns:REGION:ACCOUNT:NAME,
+// as config accepts it for a route's sources.
+var topicARNRE = regexp.MustCompile(`^arn:(aws[a-z-]*):sns:([a-z0-9-]+):[0-9]{12}:[A-Za-z0-9_.-]{1,256}$`)
+
+// TopicRegion is the region a topic ARN names, and the host of SNS's
+// endpoint there (sns.REGION.amazonaws.com, .amazonaws.com.cn in China);
+// ok is false for anything that is not an SNS topic ARN.
+func TopicRegion(arn string) (region, host string, ok bool) {
+	m := topicARNRE.FindStringSubmatch(arn)
+	if m == nil {
+		return "", "", false
+	}
+	host = "sns." + m[2] + ".amazonaws.com"
+	if m[1] == "aws-cn" {
+		host += ".cn"
+	}
+	return m[2], host, true
+}
+
+// RegionAllowed reports whether topicArn is in a region one of topics (a
+// route's topic ARNs) is in. A route fetches certificates only from the
+// regions its topics name: a message for another region is refused before
+// anything is fetched for it, so messages naming other hosts can never
+// spend the fetches of the route's own.
+func RegionAllowed(topicArn string, topics []string) bool {
+	m := topicARNRE.FindStringSubmatch(topicArn)
+	if m == nil {
+		return false
+	}
+	for _, t := range topics {
+		if o := topicARNRE.FindStringSubmatch(t); o != nil && o[1] == m[1] && o[2] == m[2] {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRegionHost refuses a URL on an SNS host other than the endpoint of
+// the region topicArn names: SNS signs with, and confirms from, the region
+// the topic lives in. URLs under a trusted prefix (an emulator's) are not
+// bound to a region.
+func checkRegionHost(u *url.URL, topicArn, field string) error {
+	if !snsHostRE.MatchString(u.Host) {
+		return nil // a trusted prefix: CheckCertURL or CheckSubscribeURL admitted it
+	}
+	_, want, ok := TopicRegion(topicArn)
+	if !ok {
+		return fail(Forbidden, nil, "TopicArn is not an SNS topic ARN, so the region of %s cannot be checked", field)
+	}
+	if u.Host != want {
+		return fail(Forbidden, nil, "%s is not on the SNS endpoint of the topic's region (%s)", field, want)
+	}
+	return nil
+}

@@ -200,3 +200,33 @@ func newServer(t *testing.T, h http.Handler) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// A route's topics name the regions (within their partition) it fetches
+// certificates for.
+func TestRegionAllowed(t *testing.T) {
+	t.Parallel()
+	topics := []string{"arn:aws:sns:us-east-1:123456789012:orders", "arn:aws-cn:sns:cn-north-1:123456789012:orders"}
+	for arn, want := range map[string]bool{
+		"arn:aws:sns:us-east-1:999999999999:other":       true,
+		"arn:aws-cn:sns:cn-north-1:999999999999:other":   true,
+		"arn:aws:sns:eu-west-1:123456789012:orders":      false,
+		"arn:aws-us-gov:sns:us-east-1:123456789012:x":    false,
+		"arn:aws:sns:us-east-1:12345:orders":             false,
+		"arn:aws:sqs:us-east-1:123456789012:orders":      false,
+		"arn:aws:sns:us-east-1:123456789012:orders:sub1": false,
+		"": false,
+	} {
+		if got := brokerauth.RegionAllowed(arn, topics); got != want {
+			t.Errorf("RegionAllowed(%q) = %v, want %v", arn, got, want)
+		}
+	}
+	for arn, host := range map[string]string{
+		"arn:aws:sns:us-east-1:123456789012:orders":        "sns.us-east-1.amazonaws.com",
+		"arn:aws-cn:sns:cn-north-1:123456789012:orders":    "sns.cn-north-1.amazonaws.com.cn",
+		"arn:aws-us-gov:sns:us-gov-west-1:123456789012:ok": "sns.us-gov-west-1.amazonaws.com",
+	} {
+		if _, got, ok := brokerauth.TopicRegion(arn); !ok || got != host {
+			t.Errorf("TopicRegion(%q) = %q, %v; want %q", arn, got, ok, host)
+		}
+	}
+}

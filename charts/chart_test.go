@@ -1322,6 +1322,7 @@ httpRoute: {enabled: true, parentRefs: [{name: public}]}
 // for; anything else `gateway help env` lists must be set by the chart.
 var leftToExtraEnv = map[string]string{
 	"GATEWAY_SNS_TRUSTED_URL_PREFIXES": "trusts extra certificate hosts; for SNS emulators only",
+	"GATEWAY_ADMIN_TOKENS_FILE":        "the chart passes named credentials as GATEWAY_ADMIN_TOKENS from a Secret; a file is for installs without one",
 }
 
 // runtimeEnv are the variables the chart sets for the Go runtime rather than
@@ -1350,6 +1351,8 @@ func TestChartCoversEverySetting(t *testing.T) {
 	chart := map[string]bool{}
 	for _, extra := range []string{sentinelValues, clusterValues, "gateway: {oidcJwksUrl: 'https://keys.example.com/jwks'}", "metricsToken: {value: metrics-token-0123456789}",
 		"keyHashSecret: {value: key-hash-secret-0123456789abcdef0123}",
+		"adminTokens: {value: alice=alice-token-0123456789}",
+		"outboxKey: {value: 'k1:" + outboxKeyValue + "'}\noutboxOldKeys: {value: 'k0:" + outboxKeyValue + "'}",
 		"console: {traceURL: 'https://traces.example.com/trace/{trace_id}'}"} {
 		for k := range envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, extra)))) {
 			chart[k] = true
@@ -1553,5 +1556,58 @@ func TestGodebug(t *testing.T) {
 		if _, err := render(t, withExampleRoutes(t, values)); err == nil {
 			t.Errorf("%s was accepted", values)
 		}
+	}
+}
+
+// outboxKeyValue is 32 bytes in base64.
+const outboxKeyValue = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
+// TestNamedAdminTokensAndOutboxKeys: named admin credentials and the outbox
+// keys reach the gateway from Secrets (the chart's own or existing ones),
+// never inline, and only when given; named credentials may stand in for the
+// single admin token; old outbox keys need a current one.
+func TestNamedAdminTokensAndOutboxKeys(t *testing.T) {
+	t.Parallel()
+	plain := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))
+	for _, v := range []string{"GATEWAY_ADMIN_TOKENS", "GATEWAY_OUTBOX_KEY", "GATEWAY_OUTBOX_OLD_KEYS"} {
+		if _, set := plain[v]; set {
+			t.Errorf("%s is set without a value", v)
+		}
+	}
+	const tokens = "alice=alice-token-0123456789,bob=sha256:" + "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	r := mustRender(t, withExampleRoutes(t, "adminTokens: {value: '"+tokens+"'}",
+		"outboxKey: {value: 'k2:"+outboxKeyValue+"'}", "outboxOldKeys: {value: 'k1:"+outboxKeyValue+"'}"))
+	src := envSource(t, gatewayContainer(t, r))
+	for v, key := range map[string]string{"GATEWAY_ADMIN_TOKENS": "admin-tokens", "GATEWAY_OUTBOX_KEY": "outbox-key", "GATEWAY_OUTBOX_OLD_KEYS": "outbox-old-keys"} {
+		if got := src[v]; got != "secret:"+fullname+"/"+key {
+			t.Errorf("%s from %q, want the chart's Secret", v, got)
+		}
+	}
+	sec := get[corev1.Secret](t, r, fullname)
+	if string(sec.Data["admin-tokens"]) != tokens || string(sec.Data["outbox-key"]) != "k2:"+outboxKeyValue {
+		t.Error("the chart's Secret does not hold the named tokens and the outbox key")
+	}
+	for _, o := range r.objects {
+		if o.kind != "v1/Secret" && (strings.Contains(o.text, "alice-token-0123456789") || strings.Contains(o.text, outboxKeyValue)) {
+			t.Errorf("%s %s contains a secret", o.kind, o.meta.GetName())
+		}
+	}
+	// Named credentials alone: no GATEWAY_ADMIN_TOKEN at all.
+	named := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t, "adminToken: {value: ''}", "adminTokens: {value: '"+tokens+"'}"))))
+	if _, set := named["GATEWAY_ADMIN_TOKEN"]; set || named["GATEWAY_ADMIN_TOKENS"] == "" {
+		t.Errorf("named credentials only: %v", named)
+	}
+	if _, err := render(t, withExampleRoutes(t, "adminToken: {value: ''}")); err == nil || !strings.Contains(err.Error(), "adminTokens") {
+		t.Errorf("no credential at all: %v", err)
+	}
+	r = mustRender(t, withExampleRoutes(t, "outboxKey: {existingSecret: sealing, existingSecretKey: current}"))
+	if got := envSource(t, gatewayContainer(t, r))["GATEWAY_OUTBOX_KEY"]; got != "secret:sealing/current" {
+		t.Errorf("GATEWAY_OUTBOX_KEY from %q, want the existing Secret", got)
+	}
+	if _, err := render(t, withExampleRoutes(t, "outboxKey: {value: 'k1:too-short'}")); err == nil {
+		t.Error("an outbox key that is not 32 bytes was accepted")
+	}
+	if _, err := render(t, withExampleRoutes(t, "outboxOldKeys: {value: 'k1:"+outboxKeyValue+"'}")); err == nil || !strings.Contains(err.Error(), "outboxOldKeys") {
+		t.Errorf("old outbox keys without a current one: %v", err)
 	}
 }

@@ -110,8 +110,11 @@
 //	                  returned value is the result id
 //	  .params         bound in order to $1, $2, ...: data_json, data_bytes,
 //	                  idempotency_key, operation_id, message_id,
-//	                  attribute:NAME; must match the statement's placeholders
-//	  .role           optional; SET LOCAL ROLE for the statement only
+//	                  attribute:NAME (absent: the message is malformed) or
+//	                  attribute?:NAME (absent: NULL); must match the
+//	                  statement's placeholders
+//	  .role           optional; SET LOCAL ROLE for the statement only; checked
+//	                  at start (exists, may be taken, can run the statement)
 //	  .timeout        5s; at most ack_deadline + renewal.max_extension; past
 //	                  it the statement is rolled back and the delivery nacked
 //	handoff           shape handoff only: retry_min 1s, retry_max 5m, the

@@ -16,6 +16,8 @@ import (
 
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/admincred"
+	"github.com/ackgate/ackgate/internal/seal"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -69,7 +71,11 @@ type Settings struct {
 	RoutesFile string `envconfig:"ROUTES_FILE" desc:"path of the routes YAML file (required for serve and check-config)"`
 	ListenAddr string `envconfig:"LISTEN_ADDR" default:":8080" desc:"ingest listener"`
 	AdminAddr  string `envconfig:"ADMIN_ADDR" default:":8081" desc:"admin listener"`
-	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API (required for serve, at least 16 characters)"`
+	AdminToken string `envconfig:"ADMIN_TOKEN" desc:"bearer token of the admin API, known as the credential admin (serve needs it or ADMIN_TOKENS / ADMIN_TOKENS_FILE; at least 16 characters)"`
+	// AdminTokens and AdminTokensFile name each operator's own token, so
+	// that resolutions record who made them (package admincred).
+	AdminTokens     string `envconfig:"ADMIN_TOKENS" desc:"named admin credentials, NAME=TOKEN or NAME=sha256:HEX, comma-separated; every resolution, replay and console action records the name"`
+	AdminTokensFile string `envconfig:"ADMIN_TOKENS_FILE" desc:"file of named admin credentials, one NAME=TOKEN or NAME=sha256:HEX a line (# comments), read at start"`
 	// MetricsToken lets a scraper read GET /metrics without the admin token,
 	// which also reads evidence records.
 	MetricsToken string `envconfig:"METRICS_TOKEN" desc:"optional bearer token that opens GET /metrics on the admin listener and nothing else (at least 16 characters, not the admin token)"`
@@ -111,6 +117,11 @@ type Settings struct {
 	// KeyHashSecret keys the hash of operation keys drawn from private fields
 	// (gate.NewKeyHash); required when a route keys on one.
 	KeyHashSecret string `envconfig:"KEY_HASH_SECRET" desc:"secret of the HMAC-SHA256 that operation keys drawn from private fields are kept as (required when a route keys on one, at least 32 characters; changing it makes redeliveries of such messages look new)"`
+	// OutboxKey seals a handoff route's private JSON-pointer values while
+	// they wait in the outbox (package seal); OutboxOldKeys only open
+	// values sealed before a rotation.
+	OutboxKey     string   `envconfig:"OUTBOX_KEY" desc:"key that seals a handoff route's private JSON-pointer values in the outbox, as ID:BASE64 (32 bytes, openssl rand -base64 32); required when a handoff route lists a private JSON pointer"`
+	OutboxOldKeys []string `envconfig:"OUTBOX_OLD_KEYS" desc:"comma-separated earlier outbox keys (ID:BASE64), kept after a rotation only to open entries sealed with them"`
 
 	// Broker authentication (package brokerauth). The trusted prefixes are
 	// for SNS emulators only and stay empty in production.
@@ -308,6 +319,9 @@ func (s Settings) Validate() error {
 	if s.LogFormat != "json" && s.LogFormat != "text" {
 		add("LOG_FORMAT", "must be json or text, got %q", s.LogFormat)
 	}
+	if _, err := s.OutboxKeyring(); err != nil {
+		errs = append(errs, err)
+	}
 	if strings.TrimSpace(s.InstanceID) != s.InstanceID || len(s.InstanceID) > 128 {
 		add("INSTANCE_ID", "must be at most 128 characters without surrounding spaces")
 	}
@@ -321,13 +335,12 @@ func (s Settings) ValidateServe() error {
 	if err := s.ValidateRoutesFile(); err != nil {
 		errs = append(errs, err)
 	}
+	creds, err := s.AdminCredentials()
 	switch {
-	case s.AdminToken == "":
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: required for serve", EnvPrefix))
-	case len(s.AdminToken) < MinAdminTokenLen:
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
-	case strings.TrimSpace(s.AdminToken) != s.AdminToken:
-		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: has leading or trailing white space", EnvPrefix))
+	case err != nil:
+		errs = append(errs, err)
+	case creds.Len() == 0:
+		errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: required for serve, unless %s_ADMIN_TOKENS or %s_ADMIN_TOKENS_FILE names credentials", EnvPrefix, EnvPrefix, EnvPrefix))
 	}
 	switch {
 	case s.MetricsToken == "":
@@ -335,13 +348,55 @@ func (s Settings) ValidateServe() error {
 		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must be at least %d characters", EnvPrefix, MinAdminTokenLen))
 	case strings.TrimSpace(s.MetricsToken) != s.MetricsToken:
 		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: has leading or trailing white space", EnvPrefix))
-	case s.MetricsToken == s.AdminToken:
-		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must differ from the admin token: it is meant for a scraper that may not read evidence", EnvPrefix))
+	case err == nil && creds.Has(s.MetricsToken):
+		errs = append(errs, fmt.Errorf("%s_METRICS_TOKEN: must differ from every admin token: it is meant for a scraper that may not read evidence", EnvPrefix))
 	}
 	if sameListener(s.ListenAddr, s.AdminAddr) {
 		errs = append(errs, fmt.Errorf("%s_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR (%q): the admin API never shares the ingest listener", EnvPrefix, s.ListenAddr))
 	}
 	return errors.Join(errs...)
+}
+
+// AdminCredentials are the admin listener's named credentials:
+// GATEWAY_ADMIN_TOKEN as the name admin, and those of GATEWAY_ADMIN_TOKENS
+// and GATEWAY_ADMIN_TOKENS_FILE (read now). Errors name the variable and
+// the entry, never a token.
+func (s Settings) AdminCredentials() (*admincred.Set, error) {
+	var entries []admincred.Entry
+	var errs []error
+	if s.AdminToken != "" {
+		if err := admincred.CheckToken(s.AdminToken); err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKEN: %w", EnvPrefix, err))
+		}
+		entries = append(entries, admincred.FromToken(admincred.AdminName, s.AdminToken))
+	}
+	if s.AdminTokens != "" {
+		more, err := admincred.Parse(s.AdminTokens)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS: %w", EnvPrefix, err))
+		}
+		entries = append(entries, more...)
+	}
+	if s.AdminTokensFile != "" {
+		text, err := os.ReadFile(s.AdminTokensFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS_FILE: %w", EnvPrefix, err))
+		} else {
+			more, err := admincred.Parse(string(text))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s_ADMIN_TOKENS_FILE %s: %w", EnvPrefix, s.AdminTokensFile, err))
+			}
+			entries = append(entries, more...)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	set, err := admincred.New(entries...)
+	if err != nil {
+		return nil, fmt.Errorf("%s_ADMIN_TOKEN, %s_ADMIN_TOKENS, %s_ADMIN_TOKENS_FILE: %w", EnvPrefix, EnvPrefix, EnvPrefix, err)
+	}
+	return set, nil
 }
 
 // ValidateRoutesFile checks that a routes file is named (serve, check-config).
@@ -404,6 +459,62 @@ func (s Settings) CheckKeyHashSecret(routes []*gate.Route) error {
 			return fmt.Errorf("%s_KEY_HASH_SECRET: required: route %q keys on private field %q, which is kept only as a keyed hash", EnvPrefix, r.Name, r.Key.Name)
 		case len(s.KeyHashSecret) < MinKeyHashSecretLen:
 			return fmt.Errorf("%s_KEY_HASH_SECRET: must be at least %d characters", EnvPrefix, MinKeyHashSecretLen)
+		}
+	}
+	return nil
+}
+
+// OutboxKeyring is the keyring of GATEWAY_OUTBOX_KEY and
+// GATEWAY_OUTBOX_OLD_KEYS, or nil when no key is set. Errors name the
+// variable and never quote a secret.
+func (s Settings) OutboxKeyring() (*seal.Keyring, error) {
+	if s.OutboxKey == "" {
+		if len(s.OutboxOldKeys) > 0 {
+			return nil, fmt.Errorf("%s_OUTBOX_OLD_KEYS: set without %s_OUTBOX_KEY: old keys only open what a current key's predecessors sealed", EnvPrefix, EnvPrefix)
+		}
+		return nil, nil
+	}
+	current, err := seal.ParseKey(s.OutboxKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s_OUTBOX_KEY: %w", EnvPrefix, err)
+	}
+	old := make([]seal.Key, 0, len(s.OutboxOldKeys))
+	for i, raw := range s.OutboxOldKeys {
+		k, err := seal.ParseKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s_OUTBOX_OLD_KEYS: item %d: %w", EnvPrefix, i+1, err)
+		}
+		old = append(old, k)
+	}
+	ring, err := seal.NewKeyring(current, old...)
+	if err != nil {
+		return nil, fmt.Errorf("%s_OUTBOX_KEY, %s_OUTBOX_OLD_KEYS: %w", EnvPrefix, EnvPrefix, err)
+	}
+	return ring, nil
+}
+
+// outboxKeyID is the current outbox key's id, for the settings' log line;
+// "" when none (or when it does not parse, which Validate reports).
+func (s Settings) outboxKeyID() string {
+	k, err := seal.ParseKey(s.OutboxKey)
+	if err != nil {
+		return ""
+	}
+	return k.ID
+}
+
+// CheckOutboxKey requires GATEWAY_OUTBOX_KEY when a handoff route lists a
+// private JSON pointer: its value would otherwise wait in the outbox in
+// clear.
+func (s Settings) CheckOutboxKey(routes []*gate.Route) error {
+	for _, r := range routes {
+		if r.Shape != gate.ShapeHandoff {
+			continue
+		}
+		for _, p := range r.Private {
+			if strings.HasPrefix(p, "/") && s.OutboxKey == "" {
+				return fmt.Errorf("%s_OUTBOX_KEY: required: handoff route %q lists the private JSON pointer %s, which the outbox keeps only sealed", EnvPrefix, r.Name, p)
+			}
 		}
 	}
 	return nil
@@ -483,6 +594,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("admin_addr", s.AdminAddr),
 		slog.String("admin_token", token),
 		slog.Bool("metrics_token_set", s.MetricsToken != ""),
+		slog.Bool("admin_tokens_set", s.AdminTokens != ""),
+		slog.String("admin_tokens_file", s.AdminTokensFile),
 		slog.Int64("max_body_bytes", s.MaxBodyBytes),
 		slog.Duration("read_header_timeout", s.ReadHeaderTimeout),
 		slog.Duration("read_timeout", s.ReadTimeout),
@@ -496,6 +609,8 @@ func (s Settings) LogValue() slog.Value {
 		slog.Int64("memory_limit", s.MemoryLimit),
 		slog.Float64("memory_limit_ratio", s.MemoryLimitRatio),
 		slog.Bool("key_hash_secret_set", s.KeyHashSecret != ""),
+		slog.String("outbox_key_id", s.outboxKeyID()),
+		slog.Int("outbox_old_keys", len(s.OutboxOldKeys)),
 		slog.String("oidc_jwks_url", s.OIDCJWKSURL),
 		slog.Any("sns_trusted_url_prefixes", s.SNSTrustedURLPrefixes),
 		slog.Duration("sns_confirmation_max_age", s.SNSConfirmationMaxAge),
@@ -580,6 +695,10 @@ func (s *Settings) set(key, raw string) error {
 		s.AdminToken = raw
 	case "METRICS_TOKEN":
 		s.MetricsToken = raw
+	case "ADMIN_TOKENS":
+		s.AdminTokens = raw
+	case "ADMIN_TOKENS_FILE":
+		s.AdminTokensFile = raw
 	case "MAX_BODY_BYTES":
 		s.MaxBodyBytes, err = parseInt(raw)
 	case "READ_HEADER_TIMEOUT":
@@ -610,6 +729,10 @@ func (s *Settings) set(key, raw string) error {
 		s.MemoryLimitRatio, err = parseRatio(raw)
 	case "KEY_HASH_SECRET":
 		s.KeyHashSecret = raw
+	case "OUTBOX_KEY":
+		s.OutboxKey = raw
+	case "OUTBOX_OLD_KEYS":
+		s.OutboxOldKeys = parseList(raw)
 	case "OIDC_JWKS_URL":
 		s.OIDCJWKSURL = raw
 	case "SNS_TRUSTED_URL_PREFIXES":

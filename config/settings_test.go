@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"log/slog"
 	"os"
 	"strings"
@@ -218,7 +219,7 @@ func TestValidateServe(t *testing.T) {
 		{"same listener", map[string]string{"GATEWAY_ADMIN_ADDR": ":8080"}, "GATEWAY_ADMIN_ADDR: must differ from GATEWAY_LISTEN_ADDR"},
 		{"overlapping listener", map[string]string{"GATEWAY_ADMIN_ADDR": "127.0.0.1:8080"}, "GATEWAY_ADMIN_ADDR: must differ"},
 		{"short metrics token", map[string]string{"GATEWAY_METRICS_TOKEN": "short"}, "GATEWAY_METRICS_TOKEN: must be at least 16 characters"},
-		{"metrics token is the admin token", map[string]string{"GATEWAY_METRICS_TOKEN": "0123456789abcdef"}, "GATEWAY_METRICS_TOKEN: must differ from the admin token"},
+		{"metrics token is the admin token", map[string]string{"GATEWAY_METRICS_TOKEN": "0123456789abcdef"}, "GATEWAY_METRICS_TOKEN: must differ from every admin token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -493,6 +494,123 @@ func TestMemoryLimitSettings(t *testing.T) {
 		_, err := config.LoadSettings(env(map[string]string{tc.key: tc.value}))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s=%s: %v; want an error containing %q", tc.key, tc.value, err, tc.want)
+		}
+	}
+}
+
+// GATEWAY_OUTBOX_KEY seals with a named key; GATEWAY_OUTBOX_OLD_KEYS only
+// open. Errors name the variable and never quote a secret.
+func TestOutboxKeySettings(t *testing.T) {
+	t.Parallel()
+	k1 := "2026-01:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+	k2 := "2026-07:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	s, err := config.LoadSettings(env(map[string]string{"GATEWAY_OUTBOX_KEY": k2, "GATEWAY_OUTBOX_OLD_KEYS": k1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := s.OutboxKeyring()
+	if err != nil || ring == nil || ring.CurrentID() != "2026-07" {
+		t.Fatalf("keyring %v, %v", ring, err)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("settings", "settings", s)
+	if strings.Contains(logged.String(), strings.SplitN(k2, ":", 2)[1]) || !strings.Contains(logged.String(), `"outbox_key_id":"2026-07"`) {
+		t.Errorf("settings log line: %s", logged.String())
+	}
+	none, err := config.LoadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ring, err := none.OutboxKeyring(); ring != nil || err != nil {
+		t.Fatalf("no key: %v, %v", ring, err)
+	}
+	secret := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 31))
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"GATEWAY_OUTBOX_KEY": "k:" + secret}, "GATEWAY_OUTBOX_KEY: key \"k\": the secret must be 32 bytes"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": secret}, "GATEWAY_OUTBOX_KEY: must be ID:BASE64"},
+		{map[string]string{"GATEWAY_OUTBOX_OLD_KEYS": k1}, "GATEWAY_OUTBOX_OLD_KEYS: set without GATEWAY_OUTBOX_KEY"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": k1, "GATEWAY_OUTBOX_OLD_KEYS": k2 + ",x:" + secret}, "GATEWAY_OUTBOX_OLD_KEYS: item 2:"},
+		{map[string]string{"GATEWAY_OUTBOX_KEY": k1, "GATEWAY_OUTBOX_OLD_KEYS": k1}, "given twice"},
+	} {
+		_, err := config.LoadSettings(env(tc.env))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%v: %v, want an error containing %q and no secret", tc.env, err, tc.want)
+		}
+	}
+	routes := []*gate.Route{{Name: "relay", Shape: gate.ShapeHandoff, Private: []string{"token", "/card"}}}
+	if err := none.CheckOutboxKey(routes); err == nil || !strings.Contains(err.Error(), `handoff route "relay" lists the private JSON pointer /card`) {
+		t.Errorf("a handoff route with a private pointer and no key: %v", err)
+	}
+	if err := s.CheckOutboxKey(routes); err != nil {
+		t.Errorf("with a key: %v", err)
+	}
+	if err := none.CheckOutboxKey([]*gate.Route{{Name: "r", Shape: gate.ShapeHandoff, Private: []string{"token"}}}); err != nil {
+		t.Errorf("a private attribute only: %v", err)
+	}
+}
+
+// Named admin credentials come from GATEWAY_ADMIN_TOKENS and a file, and
+// GATEWAY_ADMIN_TOKEN is the credential admin; serve needs at least one.
+// Errors never quote a token.
+func TestAdminCredentialSettings(t *testing.T) {
+	t.Parallel()
+	file := t.TempDir() + "/tokens"
+	if err := os.WriteFile(file, []byte("# on call\ncarol=carol-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.LoadSettings(env(map[string]string{
+		"GATEWAY_ROUTES_FILE": "routes.yaml", "GATEWAY_ADMIN_TOKEN": "admin-token-0123456789",
+		"GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789,bob=bob-token-0123456789", "GATEWAY_ADMIN_TOKENS_FILE": file,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ValidateServe(); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := s.AdminCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, name := range map[string]string{"admin-token-0123456789": "admin", "alice-token-0123456789": "alice", "carol-token-0123456789": "carol"} {
+		if got, ok := creds.Match(token); !ok || got != name {
+			t.Errorf("token of %s matched %q, %v", name, got, ok)
+		}
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("settings", "settings", s)
+	if strings.Contains(logged.String(), "token-0123456789") {
+		t.Errorf("settings log line carries a token: %s", logged.String())
+	}
+
+	only, err := config.LoadSettings(env(map[string]string{"GATEWAY_ROUTES_FILE": "r.yaml", "GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := only.ValidateServe(); err != nil {
+		t.Fatalf("named credentials without GATEWAY_ADMIN_TOKEN: %v", err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "GATEWAY_ADMIN_TOKEN: required for serve, unless GATEWAY_ADMIN_TOKENS"},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS": "alice=tiny-secret"}, "GATEWAY_ADMIN_TOKENS: entry 1 (alice): the token must be at least 16"},
+		{map[string]string{"GATEWAY_ADMIN_TOKEN": "admin-token-0123456789", "GATEWAY_ADMIN_TOKENS": "admin=other-token-0123456789"}, `credential "admin" is given twice`},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS_FILE": file + ".missing"}, "GATEWAY_ADMIN_TOKENS_FILE: open"},
+		{map[string]string{"GATEWAY_ADMIN_TOKENS": "alice=alice-token-0123456789", "GATEWAY_METRICS_TOKEN": "alice-token-0123456789"}, "GATEWAY_METRICS_TOKEN: must differ from every admin token"},
+	} {
+		tc.env["GATEWAY_ROUTES_FILE"] = "r.yaml"
+		s, err := config.LoadSettings(env(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.ValidateServe()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "tiny-secret") {
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
 		}
 	}
 }

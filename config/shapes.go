@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -47,21 +48,29 @@ func buildLocal(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 	}
 	if strings.Contains(out.SQL, "\x00") {
 		errs.add("local.sql", "contains NUL")
+	} else if why := sessionChange(out.SQL); why != "" {
+		errs.add("local.sql", "%s", why)
 	}
 	for i, p := range ls.Params {
 		kind, name, _ := strings.Cut(p, ":")
-		lp := gate.LocalParam{Kind: gate.LocalParamKind(kind), Name: name}
+		// attribute?:NAME is an attribute the message may leave out: NULL
+		// is bound for it. A plain attribute:NAME must be there.
+		kind, optional := strings.CutSuffix(kind, "?")
+		lp := gate.LocalParam{Kind: gate.LocalParamKind(kind), Name: name, Optional: optional}
 		switch lp.Kind {
 		case gate.ParamDataJSON, gate.ParamDataBytes, gate.ParamIdempotencyKey, gate.ParamOperationID, gate.ParamMessageID:
-			if name != "" {
+			switch {
+			case optional:
+				errs.add("local.params", "$%d: %s is always there; only an attribute can be optional", i+1, kind)
+			case name != "":
 				errs.add("local.params", "$%d: %s takes no name", i+1, kind)
 			}
 		case gate.ParamAttribute:
 			if strings.TrimSpace(name) == "" {
-				errs.add("local.params", "$%d: attribute needs a name, as attribute:NAME", i+1)
+				errs.add("local.params", "$%d: attribute needs a name, as attribute:NAME (or attribute?:NAME when it may be absent)", i+1)
 			}
 		default:
-			errs.add("local.params", "$%d: %q is not data_json, data_bytes, idempotency_key, operation_id, message_id or attribute:NAME", i+1, p)
+			errs.add("local.params", "$%d: %q is not data_json, data_bytes, idempotency_key, operation_id, message_id, attribute:NAME or attribute?:NAME", i+1, p)
 		}
 		out.Params = append(out.Params, lp)
 	}
@@ -116,3 +125,109 @@ func buildHandoff(r *gate.Route, spec *routeSpec, errs *routeErrs) {
 		errs.add("effect.timeout", "%s is longer than a relay pass may take (%s)", r.Effect.Timeout, MaxHandoffEffectTimeout)
 	}
 }
+
+// statementKinds are the statements a local route may run: those that return
+// the result id and that EXPLAIN can plan, which the start-up check needs.
+var statementKinds = map[string]bool{
+	"select": true, "insert": true, "update": true, "delete": true, "merge": true, "with": true, "values": true, "table": true,
+}
+
+// sessionChangeRE finds, in a statement with its literals and comments
+// taken out, a call that changes a setting of the session or transaction,
+// the role among them.
+var sessionChangeRE = regexp.MustCompile(`(?i)\bset_config\s*\(`)
+
+// sessionChange says why sql may not be a local route's statement, or ""
+// when it may. The statement runs in the ledger's own transaction under
+// SET LOCAL ROLE: one that changed the role back (SET ROLE, RESET,
+// set_config('role', ...)), the session (SET SESSION AUTHORIZATION,
+// DISCARD) or the transaction (COMMIT, ROLLBACK, SAVEPOINT) would undo the
+// role or the evidence around it. This reads the text only; what a
+// function the statement calls does inside is not seen (see
+// docs/operations.md, local routes).
+func sessionChange(sql string) string {
+	code := sqlCode(sql)
+	first := strings.ToLower(strings.TrimLeft(strings.Fields(code + " x")[0], "("))
+	if !statementKinds[first] {
+		return fmt.Sprintf("must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement (WITH allowed), not %s: the statement runs inside the ledger's transaction, under its role, and may not change either", strings.ToUpper(gate.Bound(first, 32)))
+	}
+	if sessionChangeRE.MatchString(strings.ReplaceAll(code, `"`, "")) {
+		return "calls set_config, which can change the role or a setting of the ledger's transaction; it is refused"
+	}
+	return ""
+}
+
+// sqlCode is sql with its comments and string literals blanked out, so
+// that only code is searched: 'set_config(' inside a literal is data.
+func sqlCode(sql string) string {
+	var b strings.Builder
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case strings.HasPrefix(sql[i:], "--"):
+			end := strings.IndexByte(sql[i:], '\n')
+			if end < 0 {
+				end = len(sql) - i
+			}
+			i += end
+			b.WriteByte(' ')
+		case strings.HasPrefix(sql[i:], "/*"):
+			depth, j := 0, i
+			for j < len(sql) {
+				if strings.HasPrefix(sql[j:], "/*") {
+					depth++
+					j += 2
+				} else if strings.HasPrefix(sql[j:], "*/") {
+					depth--
+					j += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					j++
+				}
+			}
+			i = j
+			b.WriteByte(' ')
+		case c == '\'':
+			escapes := i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e')
+			j := i + 1
+			for j < len(sql) {
+				if escapes && sql[j] == '\\' {
+					j += 2
+					continue
+				}
+				if sql[j] == '\'' {
+					if j+1 < len(sql) && sql[j+1] == '\'' {
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			i = j + 1
+			b.WriteString("''")
+		case c == '$':
+			if m := dollarTagRE.FindString(sql[i:]); m != "" {
+				end := strings.Index(sql[i+len(m):], m)
+				if end < 0 {
+					i = len(sql)
+				} else {
+					i += len(m) + end + len(m)
+				}
+				b.WriteString("''")
+				continue
+			}
+			b.WriteByte(c)
+			i++
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}
+
+// dollarTagRE is the opening of a dollar-quoted string: $$ or $tag$.
+var dollarTagRE = regexp.MustCompile(`^\$([A-Za-z_][A-Za-z0-9_]*)?\$`)

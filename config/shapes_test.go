@@ -75,6 +75,29 @@ func TestInvalidCommitShapeRoutes(t *testing.T) {
 		}, `route "r": local.params: $3: attribute needs a name`},
 		{"local role injection", localRoute, func(m map[string]any) { local(m)["role"] = "x; DROP TABLE orders" }, `route "r": local.role: "x; DROP TABLE orders" is not a plain SQL role name`},
 		{"local timeout beyond the deadline", localRoute, func(m map[string]any) { local(m)["timeout"] = "30s" }, `route "r": local.timeout: 30s is longer than ack_deadline`},
+		{"local optional data", localRoute, func(m map[string]any) {
+			local(m)["params"] = []string{"idempotency_key", "data_json?", "attribute:region"}
+		},
+			`route "r": local.params: $2: data_json is always there; only an attribute can be optional`},
+		{"local SET ROLE", localRoute, func(m map[string]any) { local(m)["sql"] = "SET ROLE postgres"; local(m)["params"] = []string{} },
+			`route "r": local.sql: must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement (WITH allowed), not SET`},
+		{"local RESET after a comment", localRoute, func(m map[string]any) {
+			local(m)["sql"] = "/* a /* nested */ note */ -- x\n RESET ROLE"
+			local(m)["params"] = []string{}
+		},
+			`route "r": local.sql: must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement (WITH allowed), not RESET`},
+		{"local SET SESSION AUTHORIZATION", localRoute, func(m map[string]any) {
+			local(m)["sql"] = "set session authorization ackgate"
+			local(m)["params"] = []string{}
+		},
+			`not SET:`},
+		{"local COMMIT", localRoute, func(m map[string]any) { local(m)["sql"] = "COMMIT"; local(m)["params"] = []string{} }, `not COMMIT:`},
+		{"local set_config", localRoute, func(m map[string]any) {
+			local(m)["sql"] = "SELECT set_config('role', 'ackgate', true), $1, $2, $3"
+		}, `route "r": local.sql: calls set_config`},
+		{"local set_config quoted and qualified", localRoute, func(m map[string]any) {
+			local(m)["sql"] = `WITH x AS (SELECT pg_catalog."SET_CONFIG" ('role', current_user, true)) SELECT $1, $2, $3 FROM x`
+		}, `route "r": local.sql: calls set_config`},
 		{"local block on another shape", baseRoute, func(m map[string]any) { m["local"] = map[string]any{"sql": "SELECT 1"} }, `route "r": local: only applies to shape local`},
 		{"handoff dead-lettered by the broker", handoffRoute, func(m map[string]any) { m["dead_letter"] = "broker" }, `route "r": dead_letter: must be gateway for shape handoff`},
 		{"handoff envelope", handoffRoute, func(m map[string]any) { effect(m)["body_mode"] = "envelope" }, `route "r": effect.body_mode: envelope is not kept by the outbox`},
@@ -92,5 +115,32 @@ func TestInvalidCommitShapeRoutes(t *testing.T) {
 				t.Fatalf("error:\n%v\nwant it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A local statement may mention what it may not call inside literals and
+// comments, and an attribute may be optional with attribute?:NAME.
+func TestLocalStatementLiteralsAndOptionalParams(t *testing.T) {
+	t.Parallel()
+	m := localRoute()
+	l := m["local"].(map[string]any)
+	l["sql"] = `-- set_config( is not called here
+		INSERT INTO orders (idem, body, region, note) VALUES ($1, $2::jsonb, $3, 'set_config(' || E'\' set_config(' || $$RESET ROLE; set_config($$) RETURNING id`
+	l["params"] = []string{"idempotency_key", "data_json", "attribute?:region"}
+	routes, err := config.ParseRoutes(routesYAML(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := routes[0].Local.Params[2]; p != (gate.LocalParam{Kind: gate.ParamAttribute, Name: "region", Optional: true}) {
+		t.Fatalf("param %+v", p)
+	}
+	// A required attribute keeps the route's contract version; marking it
+	// optional changes it.
+	plain, err := config.ParseRoutes(routesYAML(t, localRoute()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain[0].Local.Params[2].Optional || plain[0].ContractVersion == routes[0].ContractVersion {
+		t.Fatalf("contract versions %s and %s", plain[0].ContractVersion, routes[0].ContractVersion)
 	}
 }

@@ -127,8 +127,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("without a session the console showed %s", loc)
 	}
 	do("log in",
-		chromedp.SendKeys(chromedp.ID("name"), "dana"),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken),
+		chromedp.SendKeys(chromedp.ID("token"), tokenOf("alice")),
 		chromedp.Click(chromedp.ID("login-submit")),
 		chromedp.WaitVisible(chromedp.ID("entries")),
 	)
@@ -200,7 +199,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("resolve-submit")),
 		chromedp.WaitVisible(chromedp.ID("done")),
 	)
-	if iv := text("#interventions"); !strings.Contains(iv, "console:dana") || !strings.Contains(iv, "prov-991") {
+	if iv := text("#interventions"); !strings.Contains(iv, "console:alice") || !strings.Contains(iv, "prov-991") {
 		t.Fatalf("interventions on the page:\n%s", iv)
 	}
 
@@ -214,7 +213,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	var n int
 	err := e.gw.Pool.QueryRow(context.Background(), `SELECT count(*) OVER (), actor, kind, reason, result_id
 		FROM manual_interventions WHERE operation_id = $1`, lost).Scan(&n, &actor, &kind, &reason, &resultID)
-	if err != nil || n != 1 || actor != "console:dana" || kind != "happened" || resultID != "prov-991" ||
+	if err != nil || n != 1 || actor != "console:alice" || kind != "happened" || resultID != "prov-991" ||
 		reason != "provider dashboard shows charge prov-991" {
 		t.Fatalf("manual_interventions: %v: %d %q %q %q %q", err, n, actor, kind, reason, resultID)
 	}

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +20,8 @@ import (
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/admincred"
+	"github.com/ackgate/ackgate/internal/authlimit"
 )
 
 // Ledger is the read model the console needs; storage.Ledger is one.
@@ -46,13 +48,19 @@ type AuthFailureRecorder interface {
 
 // Options configure the console.
 type Options struct {
-	// AdminToken is what the login form asks for; it also keys the session
-	// cookies. Empty refuses every login.
-	AdminToken string
-	Ledger     Ledger
-	Resolver   Resolver
-	Routes     []*gate.Route
-	Logger     *slog.Logger
+	// Credentials are what the login form takes: an operator logs in with
+	// their own admin token, and the console records their actions under
+	// that credential's name. None refuses every login.
+	Credentials *admincred.Set
+	// Sessions keeps sessions and login nonces for every replica; required.
+	Sessions SessionStore
+	// AuthLimiter bounds failed logins per client address and overall;
+	// share the admin API's. Nil gets one of authlimit.DefaultLimits.
+	AuthLimiter *authlimit.Limiter
+	Ledger      Ledger
+	Resolver    Resolver
+	Routes      []*gate.Route
+	Logger      *slog.Logger
 	// AuthFailures is optional.
 	AuthFailures AuthFailureRecorder
 	// TraceURL turns a trace id into a link: "{trace_id}" is replaced by
@@ -92,7 +100,6 @@ func CheckTraceURL(tmpl string) error {
 // Console is the console's handler.
 type Console struct {
 	o        Options
-	keys     keyring
 	pages    map[string]*page
 	handler  http.Handler
 	refusals *rateLog
@@ -119,11 +126,17 @@ func New(o Options) (*Console, error) {
 	if err := CheckTraceURL(o.TraceURL); err != nil {
 		return nil, fmt.Errorf("console: trace url: %w", err)
 	}
+	if o.Sessions == nil {
+		return nil, errors.New("console: a session store is required")
+	}
+	if o.AuthLimiter == nil {
+		o.AuthLimiter = authlimit.New(authlimit.DefaultLimits(), o.Now)
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{o: o, keys: newKeyring(o.AdminToken), pages: pages, refusals: &rateLog{every: 10 * time.Second}}
+	c := &Console{o: o, pages: pages, refusals: &rateLog{every: 10 * time.Second}}
 	c.handler = c.routes()
 	return c, nil
 }
@@ -219,21 +232,29 @@ const maxFormBytes = 16 << 10
 // requireSession admits a request with a valid session cookie, and a
 // state-changing one only with the session's CSRF token besides. Anything
 // else changes nothing: a page request goes to the login form, a POST is
-// refused.
+// refused. A store that does not answer refuses too.
 func (c *Console) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var s session
 		ck, err := r.Cookie(sessionCookie)
 		if err == nil {
-			s, err = c.keys.open(ck.Value, c.o.Now())
+			s, err = c.openSession(r.Context(), ck.Value)
+		} else {
+			err = errBadSession
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errBadSession):
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 				return
 			}
 			c.render(w, r, http.StatusForbidden, "error.html", errorPage{Title: "Not logged in",
 				Message: "This request carries no valid console session, so it changed nothing. Log in and try again."})
+			return
+		case err != nil:
+			c.o.Logger.ErrorContext(r.Context(), "console: session store failed", "err", err)
+			c.render(w, r, http.StatusServiceUnavailable, "error.html", errorPage{Title: "Sessions unavailable",
+				Message: "The console's session store did not answer, so nothing changed. Try again in a moment."})
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -242,7 +263,7 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 				c.render(w, r, http.StatusBadRequest, "error.html", errorPage{Title: "Bad form", Message: "The form could not be read; nothing changed."})
 				return
 			}
-			if !c.keys.checkCSRF(s, r.PostForm.Get("csrf")) {
+			if !s.checkCSRF(r.PostForm.Get("csrf")) {
 				c.render(w, r, http.StatusForbidden, "error.html", errorPage{Title: "Stale or forged form",
 					Message: "The form's CSRF token is missing or wrong, so nothing changed. Reload the page and try again."})
 				return
@@ -252,86 +273,110 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 	})
 }
 
-// maxName bounds the name an operator logs in under.
-const maxName = 64
-
 func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 	if ck, err := r.Cookie(sessionCookie); err == nil {
-		if _, err := c.keys.open(ck.Value, c.o.Now()); err == nil {
+		if _, err := c.openSession(r.Context(), ck.Value); err == nil {
 			http.Redirect(w, r, "/console/lanes", http.StatusSeeOther)
 			return
 		}
 	}
-	c.showLogin(w, r, http.StatusOK, "", "")
+	c.showLogin(w, r, http.StatusOK, "")
 }
 
-func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, name, problem string) {
-	nonce := randomID()
+func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
+	nonce, err := c.newLoginNonce(r.Context())
+	if err != nil {
+		c.o.Logger.ErrorContext(r.Context(), "console: session store failed", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "error.html", errorPage{Title: "Sessions unavailable",
+			Message: "The console's session store did not answer; no one can log in until it does."})
+		return
+	}
 	c.setCookie(w, loginCookie, nonce, loginTTL)
-	c.render(w, r, status, "login.html", loginPage{Nonce: nonce, Name: name, Problem: problem})
+	c.render(w, r, status, "login.html", loginPage{Nonce: nonce, Problem: problem})
 }
 
+// login opens a session for the credential whose token the form carries.
+// The form's nonce must be the one this browser was given and unused
+// (each form logs in once); the check of the token itself is rate-limited
+// per client address and overall, like the admin API's.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
-		c.showLogin(w, r, http.StatusBadRequest, "", "The form could not be read.")
+		c.showLogin(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	// The login form's own CSRF check: the value in the form must be the
-	// one this browser was given with it.
 	ck, err := r.Cookie(loginCookie)
 	form := r.PostForm.Get("login_csrf")
 	if err != nil || form == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(form)) != 1 {
-		c.showLogin(w, r, http.StatusForbidden, "", "The login form expired or did not come from this console. Try again.")
+		c.showLogin(w, r, http.StatusForbidden, "The login form expired or did not come from this console. Try again.")
 		return
 	}
-	name := strings.TrimSpace(r.PostForm.Get("name"))
+	fresh, err := c.takeLoginNonce(r.Context(), form)
+	switch {
+	case err != nil:
+		c.o.Logger.ErrorContext(r.Context(), "console: session store failed", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "error.html", errorPage{Title: "Sessions unavailable",
+			Message: "The console's session store did not answer; try again in a moment."})
+		return
+	case !fresh:
+		c.showLogin(w, r, http.StatusForbidden, "That login form was used already or has expired. Try again.")
+		return
+	}
+	c.setCookie(w, loginCookie, "", 0)
+	attempt, ok, wait := c.o.AuthLimiter.Begin(clientAddr(r))
+	if !ok {
+		c.refused(r, "rate_limited")
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+		c.showLogin(w, r, http.StatusTooManyRequests, "Too many failed logins from your address, or in all; nothing was checked. Wait a minute and try again.")
+		return
+	}
 	token := r.PostForm.Get("token")
-	// Compared as digests, so that not even the token's length can be
-	// learnt from how long the answer takes.
-	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(c.o.AdminToken))
-	if c.o.AdminToken == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+	name, ok := c.o.Credentials.Match(token)
+	if !ok {
+		attempt.Failed()
 		reason := "wrong_token"
 		if token == "" {
 			reason = "missing"
 		}
 		c.refused(r, reason)
-		c.showLogin(w, r, http.StatusUnauthorized, name, "That is not the admin token.")
+		c.showLogin(w, r, http.StatusUnauthorized, "That is not an admin token.")
 		return
 	}
-	if why := checkName(name); why != "" {
-		c.showLogin(w, r, http.StatusBadRequest, "", "Your name "+why+".")
+	attempt.Succeeded()
+	s, err := c.newSession(r.Context(), name, c.o.Credentials.Version(name))
+	if err != nil {
+		c.o.Logger.ErrorContext(r.Context(), "console: session store failed", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "error.html", errorPage{Title: "Sessions unavailable",
+			Message: "The console's session store did not answer; you are not logged in. Try again in a moment."})
 		return
 	}
-	s := session{Name: name, ID: randomID(), Exp: c.o.Now().Add(c.o.SessionTTL).Unix()}
-	c.setCookie(w, sessionCookie, c.keys.seal(s), c.o.SessionTTL)
-	c.setCookie(w, loginCookie, "", 0)
+	c.setCookie(w, sessionCookie, s.ID, c.o.SessionTTL)
 	c.o.Logger.InfoContext(r.Context(), "console login", "actor", "console:"+name)
 	http.Redirect(w, r, "/console/lanes", http.StatusSeeOther)
 }
 
-// checkName says what is wrong with a login name, "" when nothing: it is
-// recorded as the actor of every action taken in the session.
-func checkName(name string) string {
-	switch {
-	case name == "":
-		return "is required: actions you take are recorded under it"
-	case len(name) > maxName:
-		return fmt.Sprintf("is longer than %d bytes", maxName)
-	case gate.Unstorable(name) != "":
-		return gate.Unstorable(name)
+// logout ends the session on the server, for every replica, and drops the
+// browser's cookie.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	s := sessionFrom(r.Context())
+	if err := c.endSession(r.Context(), s.ID); err != nil {
+		c.o.Logger.ErrorContext(r.Context(), "console: session store failed", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "error.html", errorPage{Title: "Sessions unavailable",
+			Message: "The console's session store did not answer, so the session may still be open. Try again."})
+		return
 	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return "holds a control character"
-		}
-	}
-	return ""
+	c.setCookie(w, sessionCookie, "", 0)
+	c.o.Logger.InfoContext(r.Context(), "console logout", "actor", "console:"+s.Name)
+	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 }
 
-func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	c.setCookie(w, sessionCookie, "", 0)
-	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+// clientAddr is the request's peer address without its port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // refused counts a wrong token at the login form like any refused admin
@@ -342,12 +387,8 @@ func (c *Console) refused(r *http.Request, reason string) {
 		c.o.AuthFailures.AdminAuthFailed(r.Context(), "console", reason)
 	}
 	if ok, notLogged := c.refusals.admit(c.o.Now()); ok {
-		remote, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			remote = r.RemoteAddr
-		}
 		c.o.Logger.WarnContext(r.Context(), "console login refused", "reason", reason,
-			"remote", gate.Bound(remote, 64), "refused_since_last_line", notLogged)
+			"remote", gate.Bound(clientAddr(r), 64), "refused_since_last_line", notLogged)
 	}
 }
 

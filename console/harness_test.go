@@ -32,7 +32,12 @@ const (
 	adminToken   = "console-test-admin-token-0123"
 	metricsToken = "console-test-metrics-token-456"
 	traceURL     = "https://traces.example/trace/{trace_id}"
+	// operatorTokens are the named credentials of the test gateway; each
+	// operator logs in with tokenOf(name).
+	operatorTokens = "alice=alice-console-token-0123,bob=bob-console-token-0123,carol=carol-console-token-0123"
 )
+
+func tokenOf(name string) string { return name + "-console-token-0123" }
 
 // downstream is a real effect server: the "orders" route's effects succeed
 // with a result id; the "payments" route's are applied and then the
@@ -94,12 +99,15 @@ const routesYAML = `routes:
 // env is a gateway built by package wiring, as `gateway serve` builds it,
 // on a fresh database and a private Redis.
 type env struct {
-	t      testing.TB
-	gw     *wiring.Gateway
-	ledger *storage.Ledger
-	routes map[string]*gate.Route
-	ingest *httptest.Server
-	admin  *httptest.Server
+	t         testing.TB
+	environ   map[string]string
+	routeList []*gate.Route
+	gw        *wiring.Gateway
+	tel       *telemetry.Telemetry
+	ledger    *storage.Ledger
+	routes    map[string]*gate.Route
+	ingest    *httptest.Server
+	admin     *httptest.Server
 }
 
 func newEnv(t testing.TB, vars map[string]string) *env {
@@ -118,6 +126,7 @@ func newEnv(t testing.TB, vars map[string]string) *env {
 		"GATEWAY_DATABASE_URL":      dbURL,
 		"GATEWAY_REDIS_URL":         "redis://" + testenv.Redis(t),
 		"GATEWAY_ADMIN_TOKEN":       adminToken,
+		"GATEWAY_ADMIN_TOKENS":      operatorTokens,
 		"GATEWAY_METRICS_TOKEN":     metricsToken,
 		"GATEWAY_INSTANCE_ID":       "console-test",
 		"GATEWAY_CONSOLE_TRACE_URL": traceURL,
@@ -132,7 +141,7 @@ func newEnv(t testing.TB, vars map[string]string) *env {
 	if err != nil {
 		t.Fatalf("routes: %v", err)
 	}
-	e := &env{t: t, routes: map[string]*gate.Route{}}
+	e := &env{t: t, environ: environ, routeList: routes, routes: map[string]*gate.Route{}}
 	for _, r := range routes {
 		e.routes[r.Name] = r
 	}
@@ -142,12 +151,49 @@ func newEnv(t testing.TB, vars map[string]string) *env {
 		t.Fatalf("wiring: %v", err)
 	}
 	t.Cleanup(gw.Close)
-	e.gw, e.ledger = gw, gw.Ledger
+	e.gw, e.ledger, e.tel = gw, gw.Ledger, tel
 	e.ingest = httptest.NewServer(gw.Ingest)
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(gw.Admin)
 	t.Cleanup(e.admin.Close)
 	return e
+}
+
+// metrics is what a scrape of the gateway's metrics reads, taken from the
+// handler itself: a scrape over the admin listener is subject to the
+// credential limits a test may have spent.
+func (e *env) metrics() string {
+	e.t.Helper()
+	rec := httptest.NewRecorder()
+	e.tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+// replica builds a second gateway on e's database and Redis, with vars
+// over e's settings, and serves its admin listener: another replica of the
+// same deployment, or the same one after a configuration change.
+func (e *env) replica(vars map[string]string) *httptest.Server {
+	e.t.Helper()
+	environ := maps.Clone(e.environ)
+	maps.Copy(environ, vars)
+	getenv := func(k string) string { return environ[k] }
+	settings, err := config.LoadSettings(getenv)
+	if err != nil {
+		e.t.Fatalf("settings: %v", err)
+	}
+	tel, err := telemetry.WithPrometheus(sdktrace.NewTracerProvider(), resource.Empty())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	gw, err := wiring.New(context.Background(), wiring.Options{Settings: settings, Routes: e.routeList, Getenv: getenv,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Telemetry: tel})
+	if err != nil {
+		e.t.Fatalf("wiring: %v", err)
+	}
+	e.t.Cleanup(gw.Close)
+	srv := httptest.NewServer(gw.Admin)
+	e.t.Cleanup(srv.Close)
+	return srv
 }
 
 // push sends a Pub/Sub push envelope and returns the operation id the

@@ -41,7 +41,7 @@ type view struct {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	v := view{Data: data}
 	if s := sessionFrom(r.Context()); s.ID != "" {
-		v.Name, v.CSRF = s.Name, c.keys.csrfToken(s)
+		v.Name, v.CSRF = s.Name, s.CSRF
 	}
 	var b bytes.Buffer
 	if err := c.pages[name].t.Execute(&b, v); err != nil {
@@ -119,6 +119,5 @@ type errorPage struct {
 
 type loginPage struct {
 	Nonce   string
-	Name    string
 	Problem string
 }

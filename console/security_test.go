@@ -76,17 +76,24 @@ var (
 	csrfRE       = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 )
 
-// login goes through the form as a browser would and returns the session
-// cookie and the page's CSRF token.
-func (c *client) login(name, token string) (resp, *http.Cookie, string) {
+// loginForm fetches the login form: its nonce, and the cookie that
+// carries it.
+func (c *client) loginForm() (string, *http.Cookie) {
 	c.t.Helper()
 	form := c.do(http.MethodGet, "/console/login", nil, nil, nil)
 	m := loginNonceRE.FindStringSubmatch(form.body)
 	if form.status != http.StatusOK || m == nil || cookie(form.cookies, "ackgate_console_login") == nil {
 		c.t.Fatalf("login form: %d %v\n%s", form.status, form.cookies, form.body)
 	}
-	r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {m[1]}, "name": {name}, "token": {token}},
-		[]*http.Cookie{cookie(form.cookies, "ackgate_console_login")}, nil)
+	return m[1], cookie(form.cookies, "ackgate_console_login")
+}
+
+// login goes through the form as a browser would and returns the session
+// cookie and the page's CSRF token.
+func (c *client) login(token string) (resp, *http.Cookie, string) {
+	c.t.Helper()
+	nonce, ck := c.loginForm()
+	r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {nonce}, "token": {token}}, []*http.Cookie{ck}, nil)
 	s := cookie(r.cookies, "ackgate_console")
 	if s == nil || s.Value == "" {
 		return r, nil, ""
@@ -139,7 +146,7 @@ func TestSessionAndCSRF(t *testing.T) {
 
 	// The metrics token, and a wrong token, do not log in, and are counted.
 	for _, tok := range []string{metricsToken, "wrong-token-0123456789", ""} {
-		r, s, _ := c.login("mallory", tok)
+		r, s, _ := c.login(tok)
 		if r.status != http.StatusUnauthorized || s != nil {
 			t.Fatalf("login with %q: %d, session %v", tok, r.status, s)
 		}
@@ -152,17 +159,17 @@ func TestSessionAndCSRF(t *testing.T) {
 
 	// The login form's own CSRF value must match its cookie.
 	form := c.do(http.MethodGet, "/console/login", nil, nil, nil)
-	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {"forged"}, "name": {"eve"}, "token": {adminToken}},
+	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {"forged"}, "token": {adminToken}},
 		[]*http.Cookie{cookie(form.cookies, "ackgate_console_login")}, nil); r.status != http.StatusForbidden || cookie(r.cookies, "ackgate_console") != nil {
 		t.Fatalf("login with a forged login_csrf: %d", r.status)
 	}
-	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {loginNonceRE.FindStringSubmatch(form.body)[1]}, "name": {"eve"}, "token": {adminToken}},
+	if r := c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {loginNonceRE.FindStringSubmatch(form.body)[1]}, "token": {adminToken}},
 		nil, nil); r.status != http.StatusForbidden || cookie(r.cookies, "ackgate_console") != nil {
 		t.Fatalf("login without the login cookie: %d", r.status)
 	}
 
 	// A real login: the cookie's attributes.
-	r, sess, csrf := c.login("alice", adminToken)
+	r, sess, csrf := c.login(tokenOf("alice"))
 	if r.status != http.StatusSeeOther || sess == nil {
 		t.Fatalf("login: %d\n%s", r.status, r.body)
 	}
@@ -170,7 +177,7 @@ func TestSessionAndCSRF(t *testing.T) {
 		t.Fatalf("session cookie attributes: %+v", sess)
 	}
 	// A second session, whose CSRF token must not work in the first.
-	_, sess2, csrf2 := c.login("bob", adminToken)
+	_, sess2, csrf2 := c.login(tokenOf("bob"))
 	if csrf2 == csrf {
 		t.Fatal("two sessions share a CSRF token")
 	}
@@ -184,7 +191,7 @@ func TestSessionAndCSRF(t *testing.T) {
 		{"no CSRF token", valid, []*http.Cookie{sess}, nil},
 		{"a wrong CSRF token", with(valid, "csrf", "AAAA"+csrf[4:]), []*http.Cookie{sess}, nil},
 		{"another session's CSRF token", with(valid, "csrf", csrf2), []*http.Cookie{sess}, nil},
-		{"a tampered cookie", with(valid, "csrf", csrf), []*http.Cookie{{Name: "ackgate_console", Value: "x" + sess.Value[1:]}}, nil},
+		{"a tampered cookie", with(valid, "csrf", csrf), []*http.Cookie{{Name: "ackgate_console", Value: tamper(sess.Value)}}, nil},
 		{"a cross-site request", with(valid, "csrf", csrf), []*http.Cookie{sess}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
 		{"a foreign origin", with(valid, "csrf", csrf), []*http.Cookie{sess}, map[string]string{"Origin": "https://evil.example"}},
 	} {
@@ -217,6 +224,11 @@ func TestSessionAndCSRF(t *testing.T) {
 	if r.status != http.StatusBadRequest || e.interventions(id2) != 0 || !strings.Contains(r.body, "reason is required") {
 		t.Fatalf("resolution without a reason: %d\n%s", r.status, grep(r.body, "problem"))
 	}
+	// An operator's text is kept as written or refused, never repaired.
+	r = c.do(http.MethodPost, "/console/operations/"+id2+"/resolve", url.Values{"kind": {"abandon"}, "reason": {"checked \xff"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
+	if r.status != http.StatusBadRequest || e.interventions(id2) != 0 || !strings.Contains(r.body, "not valid UTF-8") {
+		t.Fatalf("resolution with a reason that is not UTF-8: %d\n%s", r.status, grep(r.body, "problem"))
+	}
 	r = c.do(http.MethodPost, resolvePath, url.Values{"kind": {"abandon"}, "reason": {"again"}, "csrf": {csrf}}, []*http.Cookie{sess}, nil)
 	if r.status != http.StatusConflict || e.interventions(id) != 1 {
 		t.Fatalf("abandoning a pending operation: %d\n%s", r.status, grep(r.body, "problem"))
@@ -241,10 +253,22 @@ func TestSessionAndCSRF(t *testing.T) {
 		t.Fatalf("replay: %d, %s %+v", r.status, rec.Operation.State, rec.Interventions)
 	}
 
-	// Logout ends the browser's session.
+	// Logout ends the session on the server: the browser's cookie is
+	// dropped, and the same cookie sent again opens nothing.
 	r = c.do(http.MethodPost, "/console/logout", url.Values{"csrf": {csrf}}, []*http.Cookie{sess}, nil)
 	if out := cookie(r.cookies, "ackgate_console"); r.status != http.StatusSeeOther || out == nil || out.MaxAge >= 0 {
 		t.Fatalf("logout: %d %+v", r.status, out)
+	}
+	if r := c.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{sess}, nil); r.status != http.StatusSeeOther || r.header.Get("Location") != "/console/login" {
+		t.Fatalf("the logged-out cookie still opens pages: %d", r.status)
+	}
+	id4 := e.indeterminate("sec-4")
+	if r := c.do(http.MethodPost, "/console/operations/"+id4+"/resolve", with(valid, "csrf", csrf), []*http.Cookie{sess}, nil); r.status != http.StatusForbidden || e.interventions(id4) != 0 {
+		t.Fatalf("the logged-out cookie still resolves: %d", r.status)
+	}
+	// bob's session is not alice's: still open.
+	if r := c.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{sess2}, nil); r.status != http.StatusOK {
+		t.Fatalf("another session after a logout: %d", r.status)
 	}
 }
 
@@ -275,11 +299,11 @@ func TestPagesShowNoMessageDataAndNoScript(t *testing.T) {
 	c := newClient(t, e.admin.URL)
 	okID := e.confirmed("data-1")
 	lostID := e.indeterminate("data-2")
-	_, sess, _ := c.login("carol", adminToken)
+	_, sess, _ := c.login(tokenOf("carol"))
 	if sess == nil || sess.Secure {
 		t.Fatalf("with GATEWAY_CONSOLE_ALLOW_HTTP the cookie is not Secure: %+v", sess)
 	}
-	secrets := []string{"SECRET-PAYLOAD-77", "4111-SECRET", "downstream-credential-never-shown", adminToken, metricsToken}
+	secrets := []string{"SECRET-PAYLOAD-77", "4111-SECRET", "downstream-credential-never-shown", adminToken, metricsToken, tokenOf("carol")}
 	for _, p := range []string{"/console/lanes", "/console/lanes?state=effect_indeterminate&route=payments",
 		"/console/lanes?message_id=data-1", "/console/outbox", "/console/routes",
 		"/console/operations/" + okID, "/console/operations/" + lostID, "/console/login", "/console/nowhere"} {
@@ -326,4 +350,113 @@ func TestPagesShowNoMessageDataAndNoScript(t *testing.T) {
 	if r := c.do(http.MethodGet, "/v1/operations/"+okID, nil, nil, map[string]string{"Authorization": "Bearer " + adminToken}); r.status != http.StatusOK {
 		t.Fatalf("admin API: %d", r.status)
 	}
+}
+
+// A login form logs in once: posting the same form (nonce and cookie) a
+// second time is refused, even with the right token, so a captured form
+// cannot be replayed to guess tokens.
+func TestLoginFormIsSingleUse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := newClient(t, e.admin.URL)
+	nonce, ck := c.loginForm()
+	post := func(token string) resp {
+		return c.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {nonce}, "token": {token}}, []*http.Cookie{ck}, nil)
+	}
+	if r := post("wrong-token-0123456789"); r.status != http.StatusUnauthorized {
+		t.Fatalf("first post, wrong token: %d", r.status)
+	}
+	for i := range 3 {
+		if r := post(tokenOf("alice")); r.status != http.StatusForbidden || cookie(r.cookies, "ackgate_console") != nil {
+			t.Fatalf("post %d of a used form: %d, session %v", i+2, r.status, cookie(r.cookies, "ackgate_console"))
+		}
+	}
+	// A used form is used on every replica.
+	other := newClient(t, e.replica(nil).URL)
+	if r := other.do(http.MethodPost, "/console/login", url.Values{"login_csrf": {nonce}, "token": {tokenOf("alice")}}, []*http.Cookie{ck}, nil); r.status != http.StatusForbidden {
+		t.Fatalf("a used form on another replica: %d", r.status)
+	}
+	// A fresh form logs in.
+	if _, s, _ := c.login(tokenOf("alice")); s == nil {
+		t.Fatal("a fresh form did not log in")
+	}
+}
+
+// Failed logins are limited per client address and overall: past the
+// limit a login is refused (429, Retry-After) before the token is looked
+// at, even the right one, and the refusal is counted.
+func TestLoginIsRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := newClient(t, e.admin.URL)
+	limited := 0
+	for i := range 15 {
+		r, s, _ := c.login("guess-token-0123456789-" + string(rune('a'+i)))
+		switch {
+		case s != nil:
+			t.Fatalf("guess %d logged in", i)
+		case r.status == http.StatusTooManyRequests:
+			limited++
+			if r.header.Get("Retry-After") == "" {
+				t.Fatalf("429 without Retry-After")
+			}
+		case r.status != http.StatusUnauthorized:
+			t.Fatalf("guess %d: %d", i, r.status)
+		}
+	}
+	if limited != 5 {
+		t.Fatalf("%d of 15 guesses refused unchecked, want the 5 past the limit of 10", limited)
+	}
+	if r, s, _ := c.login(tokenOf("alice")); r.status != http.StatusTooManyRequests || s != nil {
+		t.Fatalf("the right token from a limited address: %d, session %v", r.status, s)
+	}
+	// The limit is the address's, for the admin API too (the same
+	// credentials): even the metrics token is not checked from here now.
+	if r := c.do(http.MethodGet, "/metrics", nil, nil, map[string]string{"Authorization": "Bearer " + metricsToken}); r.status != http.StatusTooManyRequests {
+		t.Fatalf("a scrape from the limited address: %d", r.status)
+	}
+	metrics := e.metrics()
+	if !regexp.MustCompile(`ackgate_admin_auth_failures_total\{[^}]*endpoint="console"[^}]*reason="rate_limited"[^}]*\} 6`).MatchString(metrics) ||
+		!regexp.MustCompile(`ackgate_admin_auth_failures_total\{[^}]*endpoint="console"[^}]*reason="wrong_token"[^}]*\} 10`).MatchString(metrics) {
+		t.Fatalf("refused logins not counted:\n%s", grep(metrics, "auth_failures"))
+	}
+}
+
+// A session ends with its credential: once the operator's token is
+// rotated (or the credential removed), the session it opened opens nothing,
+// while other operators' sessions go on.
+func TestTokenRotationEndsSessions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	c := newClient(t, e.admin.URL)
+	_, alice, _ := c.login(tokenOf("alice"))
+	_, bob, _ := c.login(tokenOf("bob"))
+	rotated := newClient(t, e.replica(map[string]string{
+		"GATEWAY_ADMIN_TOKENS": "alice=alice-rotated-token-0123,bob=" + tokenOf("bob") + ",carol=" + tokenOf("carol"),
+	}).URL)
+	if r := rotated.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{alice}, nil); r.status != http.StatusSeeOther {
+		t.Fatalf("alice's session after her token was rotated: %d", r.status)
+	}
+	// Ended for good: not even the replica with the old token opens it.
+	if r := c.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{alice}, nil); r.status != http.StatusSeeOther {
+		t.Fatalf("alice's ended session on the old replica: %d", r.status)
+	}
+	if r := rotated.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{bob}, nil); r.status != http.StatusOK {
+		t.Fatalf("bob's session, whose token did not change: %d", r.status)
+	}
+	removed := newClient(t, e.replica(map[string]string{"GATEWAY_ADMIN_TOKENS": "carol=" + tokenOf("carol")}).URL)
+	if r := removed.do(http.MethodGet, "/console/lanes", nil, []*http.Cookie{bob}, nil); r.status != http.StatusSeeOther {
+		t.Fatalf("bob's session after his credential was removed: %d", r.status)
+	}
+	if _, s, _ := rotated.login("alice-rotated-token-0123"); s == nil {
+		t.Fatal("the rotated token does not log in")
+	}
+}
+
+// tamper changes the first character of a cookie value.
+func tamper(v string) string {
+	if v[0] == 'x' {
+		return "y" + v[1:]
+	}
+	return "x" + v[1:]
 }

@@ -180,7 +180,21 @@ func (g *Gate) deliver(ctx context.Context, d *delivery) (*Result, error) {
 	o := &owned{g: g, d: d, lease: Lease{Key: id.OperationID, Owner: g.Owner + "/" + g.NewToken(), Fence: 1,
 		Expires: now.Add(leaseTTL(route))}}
 	o.firstExpiry = o.lease.Expires
-	op, created, err := o.claim(ctx, fresh, now)
+	var (
+		op      *Operation
+		created bool
+	)
+	if fresh.Action == ActApplyLocal {
+		// A local route's operation is created in its statement's
+		// transaction, so that a statement that cannot run (its route's
+		// configuration) leaves nothing behind, not even an attempt.
+		var res *Result
+		if op, res, err = o.createLocal(ctx, fresh); op == nil {
+			return res, err
+		}
+	} else {
+		op, created, err = o.claim(ctx, fresh, now)
+	}
 	if err != nil {
 		return g.nack(d, "evidence store unavailable"), &InfraError{"claim operation", err}
 	}

@@ -81,17 +81,20 @@ func Identify(r *Route, m *Message) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	// The key is checked as the message carries it, before any hash: a
+	// private key with a NUL byte is as unusable as any other, and its hash
+	// would hide that.
+	for _, f := range []struct{ name, value string }{{"operation key", key}, {"message id", m.MessageID}, {"source", m.Source}} {
+		if err := storableText(f.name, f.value); err != nil {
+			return Identity{}, err
+		}
+	}
 	if r.Key.Hashed {
 		if r.HashKey == nil {
 			// A wiring fault, not the message's: it must not be refused as one.
 			return Identity{}, fmt.Errorf("route %s keys on private field %q but has no key hash", r.Name, r.Key.Name)
 		}
 		key = r.HashKey(key)
-	}
-	for _, f := range []struct{ name, value string }{{"operation key", key}, {"message id", m.MessageID}, {"source", m.Source}} {
-		if err := storableText(f.name, f.value); err != nil {
-			return Identity{}, err
-		}
 	}
 	fp, err := Fingerprint(&r.Fingerprint, m)
 	if err != nil {

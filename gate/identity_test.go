@@ -14,6 +14,10 @@ func TestIdentityRefusesTextTheLedgerCannotStore(t *testing.T) {
 	byID := &Route{Name: "r", Tenant: "t", Fingerprint: FingerprintSpec{Version: 1, Data: true}}
 	byAttr := &Route{Name: "r", Tenant: "t", Key: KeySource{Kind: KeyAttribute, Name: "k"}, Fingerprint: FingerprintSpec{Version: 1, Data: true}}
 	byPtr := &Route{Name: "r", Tenant: "t", Key: KeySource{Kind: KeyJSONPointer, Name: "/k"}, Fingerprint: FingerprintSpec{Version: 1, Data: true}}
+	byHashed := &Route{Name: "r", Tenant: "t", Key: KeySource{Kind: KeyAttribute, Name: "k", Hashed: true},
+		Fingerprint: FingerprintSpec{Version: 1, Data: true}, HashKey: NewKeyHash([]byte("key-hash-secret-0123456789abcdef0123"))}
+	byPtrObj := &Route{Name: "r", Tenant: "t", Key: KeySource{Kind: KeyJSONPointer, Name: "/k"}, Fingerprint: FingerprintSpec{Version: 1, Data: true}}
+	byFP := &Route{Name: "r", Tenant: "t", Key: KeySource{Kind: KeyJSONPointer, Name: "/k"}, Fingerprint: FingerprintSpec{Version: 1, Pointers: []string{"/amount"}}}
 	msg := func(id, source, attr, data string) *Message {
 		return &Message{Broker: BrokerPubSub, MessageID: id, Source: source, Attributes: map[string]string{"k": attr}, Data: []byte(data)}
 	}
@@ -31,6 +35,15 @@ func TestIdentityRefusesTextTheLedgerCannotStore(t *testing.T) {
 		{"NUL in an attribute key", byAttr, msg("m-1", "s", "a\x00b", "x"), "operation key contains a NUL byte"},
 		{"invalid UTF-8 in an attribute key", byAttr, msg("m-1", "s", "a\xffb", "x"), "operation key is not valid UTF-8"},
 		{"NUL in a JSON pointer key", byPtr, msg("m-1", "s", "", `{"k": "a\u0000b"}`), "operation key contains a NUL byte"},
+		{"NUL in a private key", byHashed, msg("m-1", "s", "a\x00b", "x"), "operation key contains a NUL byte"},
+		{"invalid UTF-8 in a private key", byHashed, msg("m-1", "s", "a\xffb", "x"), "operation key is not valid UTF-8"},
+		{"invalid UTF-8 in a JSON pointer key", byPtr, msg("m-1", "s", "", "{\"k\": \"a\xffb\"}"), "is not valid UTF-8"},
+		{"a lone surrogate in a JSON pointer key", byPtr, msg("m-1", "s", "", `{"k": "a\udcffb"}`), "unpaired surrogate"},
+		{"a lone surrogate inside a JSON pointer value", byPtrObj, msg("m-1", "s", "", `{"k": {"x": ["\ud800"]}}`), "unpaired surrogate"},
+		{"U+FFFD itself is a character", byPtr, msg("m-1", "s", "", `{"k": "a\ufffdb"}`), ""},
+		{"a surrogate pair is a character", byPtr, msg("m-1", "s", "", `{"k": "a\ud83d\ude00b"}`), ""},
+		{"invalid UTF-8 elsewhere in the data", byPtr, msg("m-1", "s", "", "{\"k\": \"a\", \"x\": \"\xff\"}"), ""},
+		{"invalid UTF-8 in a fingerprint pointer", byFP, msg("m-1", "s", "", "{\"k\": \"a\", \"amount\": \"1\xff\"}"), "fingerprint: pointer /amount: value is not valid UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // JSON pointers (RFC 6901) select an operation key or fingerprint fields in a
@@ -33,14 +34,126 @@ func pointerValue(doc []byte, pointer string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if s, ok := got.(string); ok {
-		return s, nil
+	s, ok := got.(string)
+	if !ok {
+		b, err := json.Marshal(canonicalNumbers(got)) // map keys come out sorted
+		if err != nil {
+			return "", fmt.Errorf("pointer %s: %w", pointer, err)
+		}
+		s = string(b)
 	}
-	b, err := json.Marshal(canonicalNumbers(got)) // map keys come out sorted
-	if err != nil {
-		return "", fmt.Errorf("pointer %s: %w", pointer, err)
+	// The decoder turned every byte that is not UTF-8, and every unpaired
+	// surrogate escape, into U+FFFD: two different values would be one key
+	// or one fingerprint. Only a value that now holds U+FFFD can have been
+	// changed so, and only then are its raw bytes looked at.
+	if strings.ContainsRune(s, utf8.RuneError) {
+		raw, err := rawAt(doc, pointer)
+		if err != nil {
+			return "", err
+		}
+		if why := ExactJSON(raw); why != "" {
+			return "", fmt.Errorf("pointer %s: value %s", pointer, why)
+		}
 	}
-	return string(b), nil
+	return s, nil
+}
+
+// rawAt is the JSON text at pointer in doc, as it was written. doc has
+// already been decoded whole, so it is valid JSON and pointer resolves.
+func rawAt(doc []byte, pointer string) ([]byte, error) {
+	raw := bytes.TrimSpace(doc)
+	if pointer == "" {
+		return raw, nil
+	}
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		var next json.RawMessage
+		switch {
+		case len(raw) > 0 && raw[0] == '{':
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, fmt.Errorf("pointer %s: %w", pointer, err)
+			}
+			next = m[tok]
+		case len(raw) > 0 && raw[0] == '[':
+			var a []json.RawMessage
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return nil, fmt.Errorf("pointer %s: %w", pointer, err)
+			}
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(a) {
+				next = a[i]
+			}
+		}
+		if next == nil {
+			return nil, fmt.Errorf("pointer %s: %q cannot be found again", pointer, tok)
+		}
+		raw = bytes.TrimSpace(next)
+	}
+	return raw, nil
+}
+
+// ExactJSON says why the strings of the JSON text doc would not decode into
+// Go strings byte for byte ("is not valid UTF-8", "holds an unpaired
+// surrogate escape"), or "" when they would. encoding/json replaces either
+// with U+FFFD without an error, so two texts that differ only there decode
+// to one value: two message ids, keys or reasons would become one. Anything
+// from outside whose strings are compared or kept is checked with it
+// before it is decoded.
+func ExactJSON(doc []byte) string {
+	if !utf8.Valid(doc) {
+		return "is not valid UTF-8"
+	}
+	if bytes.IndexByte(doc, '\\') < 0 {
+		return ""
+	}
+	for i := 0; i < len(doc); i++ {
+		if doc[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(doc) || doc[i+1] != 'u' {
+			i++ // a two-byte escape such as \\ or \"; its second byte is no escape
+			continue
+		}
+		r, ok := hex4(doc[i+2:])
+		if !ok {
+			continue // not JSON at all; the decoder says so
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if len(doc) >= i+12 && doc[i+6] == '\\' && doc[i+7] == 'u' {
+				if lo, ok := hex4(doc[i+8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+					i += 11
+					continue
+				}
+			}
+			return "holds an unpaired surrogate escape"
+		case r >= 0xDC00 && r < 0xE000:
+			return "holds an unpaired surrogate escape"
+		}
+		i += 5
+	}
+	return ""
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // canonicalNumbers rewrites every number inside v with canonicalNumber.

@@ -138,3 +138,39 @@ func TestLargeIntegerKeysStayDistinct(t *testing.T) {
 		t.Fatalf("two order ids share key %q and operation %s", a.Key, a.OperationID)
 	}
 }
+
+// ExactJSON tells a JSON text whose strings decode byte for byte from one
+// where encoding/json would put U+FFFD in place of what it cannot read.
+func TestExactJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ doc, want string }{
+		{`{"a":"plain"}`, ""},
+		{`{"a":"ä 😀 \ufffd \u00e4"}`, ""},
+		{`{"a":"\ud83d\ude00"}`, ""},
+		{`{"a":"\uD83D\uDE00"}`, ""},
+		{`{"a":"\\udcff"}`, ""}, // an escaped backslash, then text
+		{`{"a":"\\\ud800"}`, "holds an unpaired surrogate escape"},
+		{`{"a":"\u0000"}`, ""}, // a NUL decodes exactly; Unstorable refuses it
+		{"{\"a\":\"\xff\"}", "is not valid UTF-8"},
+		{"{\"a\":\"\xc3\x28\"}", "is not valid UTF-8"},
+		{`{"a":"\ud800"}`, "holds an unpaired surrogate escape"},
+		{`{"a":"\udc00"}`, "holds an unpaired surrogate escape"},
+		{`{"a":"\ud800\u0041"}`, "holds an unpaired surrogate escape"},
+		{`{"a":"\ud800\ud800"}`, "holds an unpaired surrogate escape"},
+		{`{"a":"x\ud800`, "holds an unpaired surrogate escape"},
+		{`{"\udfff":1}`, "holds an unpaired surrogate escape"},
+		{`{"a":"\u12"}`, ""}, // not JSON; the decoder says so
+		{`\`, ""},
+	} {
+		if got := ExactJSON([]byte(tc.doc)); got != tc.want {
+			t.Errorf("ExactJSON(%q) = %q, want %q", tc.doc, got, tc.want)
+		}
+	}
+	// What ExactJSON passes decodes to strings that encode back to the same
+	// characters: nothing was replaced.
+	var v map[string]string
+	doc := `{"a":"\ud83d\ude00 \ufffd x"}`
+	if err := json.Unmarshal([]byte(doc), &v); err != nil || v["a"] != "😀 \uFFFD x" {
+		t.Fatalf("decoded %q, %v", v["a"], err)
+	}
+}

@@ -53,12 +53,10 @@ func (o *owned) evidence() Evidence {
 // would create it: created, this owner holds it under fence 1; otherwise
 // the operation comes back as found.
 func (o *owned) claim(ctx context.Context, fresh Plan, now time.Time) (*Operation, bool, error) {
-	c, next, err := o.change(fresh, now)
+	c, next, err := o.creating(fresh, now)
 	if err != nil {
 		return nil, false, err
 	}
-	acked := RedeliveredAfterAck()
-	c.Claim.AckedAnswer = &Answer{Decision: acked.Answer, Reason: bound(acked.Reason), Anomaly: acked.Anomaly}
 	cctx, s := o.g.startSpan(ctx, "ledger claim")
 	if s.IsRecording() {
 		s.SetAttributes(attribute.String("ackgate.operation.id", next.ID), attribute.String("ackgate.change", string(c.Kind)))
@@ -74,6 +72,36 @@ func (o *owned) claim(ctx context.Context, fresh Plan, now time.Time) (*Operatio
 	o.g.recorder().Transitioned(ctx, o.route(), c.Steps)
 	o.op, o.claimed = next, true
 	return next, true, nil
+}
+
+// creating is the claim that would create the operation as fresh plans
+// it, and the operation as it would then be. Should it find the operation
+// acknowledged, it records the answer the table gives such a redelivery.
+func (o *owned) creating(fresh Plan, now time.Time) (*Change, *Operation, error) {
+	c, next, err := o.change(fresh, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	acked := RedeliveredAfterAck()
+	c.Claim.AckedAnswer = &Answer{Decision: acked.Answer, Reason: bound(acked.Reason), Anomaly: acked.Anomaly}
+	return c, next, nil
+}
+
+// createLocal runs fresh, a new local operation's statement, with the
+// operation's creating claim in the statement's transaction. It returns
+// either the operation that claim found (the delivery goes on as one that
+// found it) or the delivery's result.
+func (o *owned) createLocal(ctx context.Context, fresh Plan) (*Operation, *Result, error) {
+	settled, err := o.applyLocal(ctx, fresh)
+	var found *Found
+	if errors.As(err, &found) {
+		return found.Op, nil, nil
+	}
+	if err != nil {
+		res, err := o.refused(err)
+		return nil, res, err
+	}
+	return nil, o.answered(settled), nil
 }
 
 // created carries out the rest of fresh, whose first write was the
@@ -257,14 +285,24 @@ func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
 	before, wasClaimed := o.op, o.claimed
 	started, startedAt := o.op, o.g.Now()
 	var start *Change
-	if !o.claimed {
+	switch {
+	case o.op == nil:
+		c, next, err := o.creating(p, startedAt)
+		if err != nil {
+			return Plan{}, err
+		}
+		start, started = c, next
+	case !o.claimed:
 		c, next, err := o.change(p, startedAt)
 		if err != nil {
 			return Plan{}, err
 		}
 		start, started = c, next
-	} else if a := o.op.LastAttempt; a != nil {
-		startedAt = a.StartedAt
+	}
+	if o.claimed {
+		if a := o.op.LastAttempt; a != nil {
+			startedAt = a.StartedAt
+		}
 	}
 	var (
 		settled Plan
@@ -426,6 +464,9 @@ func (o *owned) refused(err error) (*Result, error) {
 		res = o.g.nack(o.d, "fenced: a newer owner holds the operation; nothing committed")
 	case errors.Is(err, ErrStateChanged), errors.Is(err, ErrExists):
 		res = o.g.nack(o.d, "operation changed underneath; the broker will redeliver")
+	case errors.Is(err, ErrLocalConfig):
+		res, ierr = o.g.nack(o.d, "the route's local statement cannot run as configured; nothing recorded"),
+			&InfraError{"run local statement", err}
 	default:
 		res, ierr = o.g.nack(o.d, "evidence store unavailable"), &InfraError{"record evidence", err}
 	}

@@ -47,15 +47,26 @@ type Ledger interface {
 // records its evidence.
 type Local interface {
 	// Apply commits, in one transaction, start (the claim that records the
-	// attempt; nil when the claim that created the operation recorded it
-	// already), the statement of req.Route.Local, and the change settle
-	// builds from the statement's result. A statement that fails is rolled
-	// back on its own and handed to settle as the attempt's outcome, so its
-	// failure is recorded and none of its effect. If anything else fails,
-	// nothing commits, the statement included, and the error says why
-	// (ErrFenced, ErrStateChanged as Ledger.Write).
+	// attempt: the creating claim of a new operation, or a later
+	// delivery's taking claim), the statement of req.Route.Local, and the
+	// change settle builds from the statement's result. A statement that
+	// fails is rolled back on its own and handed to settle as the
+	// attempt's outcome, so its failure is recorded and none of its effect.
+	// If anything else fails, nothing commits, the statement included, and
+	// the error says why (ErrFenced, ErrStateChanged as Ledger.Write;
+	// ErrLocalConfig when the statement cannot run as the route is
+	// configured, which is no outcome of the message's). A creating claim
+	// that finds its operation is committed as Ledger.Claim commits it,
+	// nothing else runs, and the error is a *Found with the operation.
 	Apply(ctx context.Context, start *Change, req *EffectRequest, settle func(EffectResult) (*Change, error)) error
 }
+
+// Found is Local.Apply's answer when its creating claim found the
+// operation: the delivery is recorded against it, and the gate goes on as
+// after a Ledger.Claim that found it.
+type Found struct{ Op *Operation }
+
+func (f *Found) Error() string { return "operation " + f.Op.ID + " exists" }
 
 // Reservations hands out short leases with fencing tokens.
 type Reservations interface {
@@ -95,6 +106,10 @@ var (
 	ErrStateChanged = errors.New("operation state changed underneath")
 	ErrHeld         = errors.New("reservation held by another owner")
 	ErrLeaseLost    = errors.New("reservation lost")
+	// ErrLocalConfig: a local route's statement failed for its route's
+	// configuration (its role, grants or table), not for the message, so
+	// the delivery is nacked with nothing recorded, until it is fixed.
+	ErrLocalConfig = errors.New("local statement cannot run as configured")
 )
 
 // Lease is a held reservation.

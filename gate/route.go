@@ -273,15 +273,18 @@ const (
 	ParamIdempotencyKey LocalParamKind = "idempotency_key"
 	ParamOperationID    LocalParamKind = "operation_id"
 	ParamMessageID      LocalParamKind = "message_id"
-	// ParamAttribute: the named attribute as text (NULL when absent).
+	// ParamAttribute: the named attribute as text. An absent attribute is
+	// a malformed message unless the parameter is Optional (then NULL).
 	ParamAttribute LocalParamKind = "attribute"
 )
 
 // LocalParam is one bound parameter; Name is the attribute's, for
-// ParamAttribute only.
+// ParamAttribute only. Optional binds NULL for an absent attribute instead
+// of refusing the message.
 type LocalParam struct {
-	Kind LocalParamKind `json:"kind"`
-	Name string         `json:"name,omitempty"`
+	Kind     LocalParamKind `json:"kind"`
+	Name     string         `json:"name,omitempty"`
+	Optional bool           `json:"optional,omitempty"`
 }
 
 // HandoffSpec paces a handoff route's relay: a documented failure or a

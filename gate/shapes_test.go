@@ -70,15 +70,20 @@ func TestLocalCommitFailureLeavesNothing(t *testing.T) {
 		return nil
 	}
 	want(t, r.push(m, true), gate.Nack, "")
-	// The claim committed before the statement: intent and attempt 1 are on
-	// record, the statement's row and its evidence are not.
-	if s := r.snapshot(m); s.Op.State != gate.StatePendingEffect || len(s.Attempts) != 1 || s.Attempts[0].Outcome != "" ||
-		x.Rows(r.key(m)) != 0 {
-		t.Fatalf("a failed transaction left %+v, attempts %+v and %d rows", s.Op, s.Attempts, x.Rows(r.key(m)))
+	// The operation's creation, its statement and its evidence are one
+	// transaction: none of them is on record, and no attempt is counted.
+	id, err := gate.Identify(r.route, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := r.ledger.Snapshot(id.OperationID); ok || x.Rows(r.key(m)) != 0 {
+		t.Fatalf("a failed transaction left %+v and %d rows", s.Op, x.Rows(r.key(m)))
 	}
 	r.ledger.BeforeWrite = nil
-	r.ownerDied()
 	want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+	if s := r.snapshot(m); s.Op.AttemptCount != 1 {
+		t.Fatalf("%d attempts counted, want the one that committed", s.Op.AttemptCount)
+	}
 	if x.Rows(r.key(m)) != 1 || x.Runs() != 2 {
 		t.Fatalf("%d rows after %d runs", x.Rows(r.key(m)), x.Runs())
 	}

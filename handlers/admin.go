@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/admincred"
+	"github.com/ackgate/ackgate/internal/authlimit"
 )
 
 // EvidenceStore is the ledger's read side as the admin API needs it. Get
@@ -29,19 +30,26 @@ type EvidenceStore interface {
 
 // AdminOptions wires the admin listener.
 type AdminOptions struct {
-	// Token is the bearer token every admin request must carry.
-	Token    string
-	Evidence EvidenceStore
-	Routes   []*gate.Route
-	Logger   *slog.Logger
+	// Credentials are the named bearer tokens an admin request may carry;
+	// a resolution or replay is recorded under the name of the one it
+	// carried. Token alone (GATEWAY_ADMIN_TOKEN) is the credential admin.
+	Credentials *admincred.Set
+	Token       string
+	Evidence    EvidenceStore
+	Routes      []*gate.Route
+	Logger      *slog.Logger
 	// Poison lists the messages kept as poison (GET /v1/poison).
 	Poison PoisonStore
-	// Metrics serves GET /metrics (Prometheus), behind the admin token or,
-	// when set, MetricsToken, which opens /metrics and nothing else.
+	// Metrics serves GET /metrics (Prometheus), behind an admin credential
+	// or, when set, MetricsToken, which opens /metrics and nothing else.
 	Metrics      http.Handler
 	MetricsToken string
 	// AuthFailures counts requests refused for their credential; optional.
 	AuthFailures AuthFailureRecorder
+	// AuthLimiter bounds failed credential checks per client address and
+	// overall; share one with the console. Nil gets one of
+	// authlimit.DefaultLimits for this listener alone.
+	AuthLimiter *authlimit.Limiter
 	// Resolver applies operators' resolutions and replays; without it they
 	// answer 503.
 	Resolver Resolver
@@ -49,10 +57,11 @@ type AdminOptions struct {
 	DeadLetters DeadLetterStore
 
 	refusals *refusalLog
+	metrics  *admincred.Set
 }
 
 // NewAdmin returns the admin listener's handler: evidence records and route
-// contracts, behind a bearer token, on a listener brokers never reach.
+// contracts, behind named bearer tokens, on a listener brokers never reach.
 func NewAdmin(o AdminOptions) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -62,39 +71,19 @@ func NewAdmin(o AdminOptions) http.Handler {
 			writeProblem(w, http.StatusNotFound, "metrics are not enabled in this process")
 		})
 	}
+	if o.Credentials == nil && o.Token != "" {
+		o.Credentials, _ = admincred.New(admincred.FromToken(admincred.AdminName, o.Token))
+	}
+	if o.MetricsToken != "" {
+		o.metrics, _ = admincred.New(admincred.FromToken(metricsCredential, o.MetricsToken))
+	}
+	if o.AuthLimiter == nil {
+		o.AuthLimiter = authlimit.New(authlimit.DefaultLimits(), nil)
+	}
 	o.refusals = newRefusalLog(time.Now)
 	r := chi.NewRouter()
 	addAdminRoutes(r, &o)
 	return r
-}
-
-// requireToken admits a request bearing one of tokens (empty ones never
-// match) and hands every other to refused. Each comparison is constant-time
-// and all are made, so a token cannot be guessed a byte at a time from
-// response timing.
-func requireToken(refused func(*http.Request, string), tokens ...string) func(http.Handler) http.Handler {
-	var wants [][]byte
-	for _, t := range tokens {
-		if t != "" {
-			wants = append(wants, []byte("Bearer "+t))
-		}
-	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got := []byte(r.Header.Get("Authorization"))
-			match := 0
-			for _, want := range wants {
-				match |= subtle.ConstantTimeCompare(got, want)
-			}
-			if match != 1 {
-				refused(r, authFailureReason(string(got)))
-				w.Header().Set("WWW-Authenticate", `Bearer realm="ackgate-admin"`)
-				writeProblem(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
 
 type problem struct {

@@ -359,10 +359,10 @@ func TestReplayTerminallyFailedItem(t *testing.T) {
 			wantAnswer(t, a, http.StatusOK)
 			if a.Record.Operation.State != gate.StatePendingEffect || a.Record.Operation.Grant != 2 ||
 				len(a.Record.ManualInterventions) != 1 || a.Record.ManualInterventions[0].Kind != gate.ResolveReplay ||
-				a.Record.ManualInterventions[0].From != gate.StateTerminalFailure || a.Record.ManualInterventions[0].Actor != "ivy" {
+				a.Record.ManualInterventions[0].From != gate.StateTerminalFailure || a.Record.ManualInterventions[0].Actor != "api:ivy" {
 				t.Fatalf("after replay: %+v %+v", a.Record.Operation, a.Record.ManualInterventions)
 			}
-			if !strings.Contains(a.Record.Statement, "Operator ivy replayed it") {
+			if !strings.Contains(a.Record.Statement, "Operator api:ivy replayed it") {
 				t.Fatalf("statement: %s", a.Record.Statement)
 			}
 			e.adminGet("/v1/dead-letters?route=orders", &list)

@@ -1,12 +1,14 @@
 package handlers
 
 import (
+	"bytes"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ackgate/ackgate/brokerauth"
 	"github.com/ackgate/ackgate/gate"
@@ -51,6 +53,11 @@ func FuzzDecodePubSubWrapped(f *testing.F) {
 		if msg.MessageID == "" || msg.Source == "" || msg.Broker != gate.BrokerPubSub {
 			t.Fatalf("decoded without identity: %+v", msg)
 		}
+		notReplaced(t, body, "message id", msg.MessageID)
+		notReplaced(t, body, "subscription", msg.Source)
+		for k, v := range msg.Attributes {
+			notReplaced(t, body, "attribute", k+"="+v)
+		}
 		for _, r := range fuzzRoutes {
 			identifiedIsStorable(t, r, msg)
 		}
@@ -72,6 +79,33 @@ var poisonEnvelopes = []string{
 	`{"message":{"data":"eA==","messageId":"m"},"subscription":"s","deliveryAttempt":9223372036854775807}`,
 	`{"message":{"data":"eA==","messageId":"m","publishTime":"0000-01-01T00:00:00Z"},"subscription":"s"}`,
 	`{"message":{"data":"eA==","messageId":"m","publishTime":"9999-12-31T23:59:59+00:00"},"subscription":"s"}`,
+	// What decoding would replace with U+FFFD, in every identity position:
+	// the id (both spellings), the subscription, the key attribute, the
+	// private key attribute and the JSON pointer key.
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"c1-ff-\xfe\"},\"subscription\":\"s\"}",
+	`{"message":{"data":"eA==","messageId":"c1-\udcff"},"subscription":"s"}`,
+	`{"message":{"data":"eA==","message_id":"c1-\ud800"},"subscription":"s"}`,
+	`{"message":{"data":"eA==","messageId":"m"},"subscription":"projects/p/subscriptions/\udfff"}`,
+	`{"message":{"data":"eA==","messageId":"m","attributes":{"order_id":"7\ud800x"}},"subscription":"s"}`,
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"m\",\"attributes\":{\"order_id\":\"7\xfe\"}},\"subscription\":\"s\"}",
+	`{"message":{"data":"eyJvcmRlciI6eyJpZCI6Ilx1ZGNmZiJ9fQ==","messageId":"m"},"subscription":"s"}`,
+	`{"message":{"data":"eyJvcmRlciI6eyJpZCI6Iv8ifX0=","messageId":"m"},"subscription":"s"}`,
+	`{"message":{"data":"eyJhbW91bnQiOiJcdWQ4MDAifQ==","messageId":"m","attributes":{"order_id":"8"}},"subscription":"s"}`,
+	`{"message":{"data":"eA==","messageId":"m","attributes":{"order_id":"\ud83d\ude00 \ufffd"}},"subscription":"s"}`,
+}
+
+// notReplaced fails t when a decoded value holds U+FFFD that body did not:
+// a byte the decoder could not read, replaced, so that two messages that
+// differ there would decode alike.
+func notReplaced(t *testing.T, body []byte, what, v string) {
+	t.Helper()
+	if !strings.ContainsRune(v, utf8.RuneError) {
+		return
+	}
+	if bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`)) {
+		return
+	}
+	t.Fatalf("%s %q holds U+FFFD the body does not: a replaced byte", what, v)
 }
 
 // identifiedIsStorable holds a message the decoders accepted to what the
@@ -97,6 +131,9 @@ func identifiedIsStorable(t *testing.T, r *gate.Route, msg *gate.Message) {
 		if why := gate.Unstorable(v); why != "" {
 			t.Fatalf("route %s: identified, but the %s %s: %q", r.Name, name, why, v)
 		}
+	}
+	if r.Key.Kind == gate.KeyJSONPointer {
+		notReplaced(t, msg.Data, "route "+r.Name+": key", id.Key)
 	}
 }
 
@@ -167,6 +204,15 @@ func FuzzDecodeSNS(f *testing.F) {
 	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\xff\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\"}"), "Notification", "", "")
 	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"0000-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
 	f.Add([]byte(`raw body`), "Notification", "id\x00", "arn:aws:sns:us-east-1:123456789012:t\xff")
+	// What decoding would replace with U+FFFD, in every identity position:
+	// MessageId, TopicArn, the Message a pointer keys into, an attribute.
+	f.Add([]byte(`{"Type":"Notification","MessageId":"c1-\udcff","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
+	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"c1-ff-\xfe\",\"TopicArn\":\"a\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\"}"), "Notification", "", "")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"arn:aws:sns:us-east-1:1:\ud800","Timestamp":"2026-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"{\"order\":{\"id\":\"\udcfe\"}}"}`), "Notification", "", "")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","MessageAttributes":{"order_id":{"Type":"String","Value":"7\udbff"}}}`), "Notification", "", "")
+	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\",\"MessageAttributes\":{\"order_id\":{\"Type\":\"String\",\"Value\":\"7\x00\xff\"}}}"), "Notification", "", "")
+	f.Add([]byte(`raw body \udcff`), "Notification", "c1-ff-\xff", "arn:aws:sns:us-east-1:123456789012:t")
 	f.Fuzz(func(t *testing.T, body []byte, typ, id, topic string) {
 		h := http.Header{}
 		h.Set(hdrSNSType, typ)
@@ -203,6 +249,12 @@ func FuzzDecodeSNS(f *testing.F) {
 		}
 		if msg.Source != m.TopicArn || msg.MessageID != m.MessageID || string(msg.Data) != m.Message || msg.PublishTime.IsZero() {
 			t.Fatalf("notification decoded as %+v", msg)
+		}
+		notReplaced(t, body, "MessageId", msg.MessageID)
+		notReplaced(t, body, "TopicArn", msg.Source)
+		notReplaced(t, body, "Message", string(msg.Data))
+		for k, v := range msg.Attributes {
+			notReplaced(t, body, "attribute", k+"="+v)
 		}
 		if a, ok := m.MessageAttributes["traceparent"]; ok && msg.TraceParent != a.Value {
 			t.Fatalf("traceparent attribute %q became %q", a.Value, msg.TraceParent)

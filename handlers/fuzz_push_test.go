@@ -129,6 +129,13 @@ var poisonPushBodies = []string{
 	`{"message":{"data":"eA==","messageId":"m-10","attributes":{"order_id":"10"}},"subscription":"s","deliveryAttempt":2147483648}`,
 	`{"message":{"data":"eA==","messageId":"m-11","publishTime":"0000-01-01T00:00:00Z","attributes":{"order_id":"11"}},"subscription":"s"}`,
 	`{"message":{"data":"eA==","messageId":"m-12","publishTime":"0001-01-01T00:00:00+01:00","attributes":{"order_id":"12"}},"subscription":"s"}`,
+	// What decoding would replace with U+FFFD in every identity position.
+	"{\"message\":{\"data\":\"eA==\",\"messageId\":\"c1-ff-\xfe\",\"attributes\":{\"order_id\":\"13\"}},\"subscription\":\"s\"}",
+	`{"message":{"data":"eA==","messageId":"c1-\udcff","attributes":{"order_id":"14"}},"subscription":"s"}`,
+	`{"message":{"data":"eA==","messageId":"m-15","attributes":{"order_id":"15"}},"subscription":"s-\ud800"}`,
+	`{"message":{"data":"eA==","messageId":"m-16","attributes":{"order_id":"16\udc00"}},"subscription":"s"}`,
+	`{"message":{"data":"eyJvcmRlciI6eyJpZCI6Ilx1ZGNmZiJ9fQ==","messageId":"m-17"},"subscription":"s"}`,
+	`{"message":{"data":"eyJvcmRlciI6eyJpZCI6Iv8ifX0=","messageId":"m-18"},"subscription":"s"}`,
 }
 
 func FuzzPushPubSubUnwrapped(f *testing.F) {
@@ -140,6 +147,9 @@ func FuzzPushPubSubUnwrapped(f *testing.F) {
 	f.Add([]byte("x"), "s", "m", "0000-01-01T00:00:00Z", "order_id", "4")
 	f.Add([]byte("x"), "s", "m", "2999-01-01T00:00:00Z", "order_id", "5")
 	f.Add([]byte(""), "s", "m", "", "", "")
+	f.Add([]byte("x"), "s", "c1-ff-\xfe", "", "order_id", "6")
+	f.Add([]byte("x"), "s", "m", "", "order_id", "7\xff")
+	f.Add([]byte(`{"order":{"id":"\udcff"}}`), "s", "m", "", "order_id", "8")
 	f.Fuzz(func(t *testing.T, body []byte, sub, id, published, attr, value string) {
 		h := http.Header{}
 		for k, v := range map[string]string{

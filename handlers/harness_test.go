@@ -223,6 +223,20 @@ const settleHeader = "X-Test-Request"
 
 const adminToken = "test-admin-token-0123456789"
 
+// operators have named admin credentials besides admin: what one resolves
+// is recorded as "api:" + name (operatorToken gives the token).
+var operators = []string{"alice", "bob", "carol", "dave", "erin", "frank", "gina", "hank", "ivy", "jane"}
+
+func operatorToken(name string) string { return name + "-operator-token-0123456789" }
+
+func operatorTokens() string {
+	var items []string
+	for _, n := range operators {
+		items = append(items, n+"="+operatorToken(n))
+	}
+	return strings.Join(items, ",")
+}
+
 // routeYAML renders one route through the real config loader, so tests run
 // with the same defaults and validation as the gateway. extra holds more
 // route-level lines (four-space indent).
@@ -294,6 +308,7 @@ func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]
 		"GATEWAY_DATABASE_URL":   e.dbURL,
 		"GATEWAY_REDIS_URL":      "redis://" + testenv.Redis(t),
 		"GATEWAY_ADMIN_TOKEN":    adminToken,
+		"GATEWAY_ADMIN_TOKENS":   operatorTokens(),
 		"GATEWAY_MAX_BODY_BYTES": "65536",
 		"GATEWAY_INSTANCE_ID":    "test",
 	}

@@ -38,15 +38,15 @@ func TestOpenAPIRecoveryAnswers(t *testing.T) {
 	wantStatus(t, e.push("ledgered", msg{ID: "m-3", Data: "other"}), http.StatusNoContent) // a conflict record
 
 	// 200: each kind, and the same request again.
-	body := `{"kind":"happened","result_id":"r-7","reason":"in the provider's log","actor":"alice"}`
+	body := `{"kind":"happened","result_id":"r-7","reason":"in the provider's log","note":"ticket OPS-1"}`
 	rec := decode[adminapi.EvidenceRecord](t, post("/v1/operations/"+happened+"/resolve", body, http.StatusOK, requestConforms))
 	if rec.Evidence.ManualIntervention == nil || len(rec.ManualInterventions) != 1 {
 		t.Errorf("record after happened: %+v", rec.Evidence)
 	}
 	post("/v1/operations/"+happened+"/resolve", body, http.StatusOK, requestConforms)
-	post("/v1/operations/"+notHappened+"/resolve", `{"kind":"not_happened","reason":"not in the log","actor":"bob"}`, http.StatusOK, requestConforms)
-	post("/v1/operations/"+abandoned+"/resolve", `{"kind":"abandon","reason":"refunded by hand","actor":"carol"}`, http.StatusOK, requestConforms)
-	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"abandon","reason":"refunded by hand","actor":"carol"}`, http.StatusOK, requestConforms)
+	post("/v1/operations/"+notHappened+"/resolve", `{"kind":"not_happened","reason":"not in the log"}`, http.StatusOK, requestConforms)
+	post("/v1/operations/"+abandoned+"/resolve", `{"kind":"abandon","reason":"refunded by hand"}`, http.StatusOK, requestConforms)
+	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"abandon","reason":"refunded by hand"}`, http.StatusOK, requestConforms)
 	get("/v1/operations/"+notHappened, http.StatusOK, requestConforms)
 
 	// The dead-letter list: a gateway dead letter, a broker one, a conflict
@@ -69,30 +69,30 @@ func TestOpenAPIRecoveryAnswers(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, url: e.admin.URL + "/v1/dead-letters", want: http.StatusUnauthorized, request: requestViolates})
 
 	// 200: a replay, and its record.
-	rec = decode[adminapi.EvidenceRecord](t, post("/v1/operations/"+abandoned+"/replay", `{"reason":"the downstream is fixed","actor":"dave"}`, http.StatusOK, requestConforms))
+	rec = decode[adminapi.EvidenceRecord](t, post("/v1/operations/"+abandoned+"/replay", `{"reason":"the downstream is fixed"}`, http.StatusOK, requestConforms))
 	if rec.Operation.State != gate.StatePendingEffect || len(rec.ManualInterventions) != 2 {
 		t.Errorf("record after replay: %s, %+v", rec.Operation.State, rec.ManualInterventions)
 	}
 
 	// 400: what the spec refuses too, and what only the gate can judge.
 	for _, b := range []string{
-		`{"kind":"happened","reason":"r","actor":"a"}`,
-		`{"kind":"abandon","result_id":"x","reason":"r","actor":"a"}`,
-		`{"kind":"maybe","reason":"r","actor":"a"}`,
-		`{"kind":"abandon","reason":"r"}`,
-		`{"kind":"abandon","reason":"r","actor":"a","force":true}`,
-		`{"kind":"replay","reason":"r","actor":"a"}`,
+		`{"kind":"happened","reason":"r","actor":"admin"}`,
+		`{"kind":"abandon","result_id":"x","reason":"r","actor":"admin"}`,
+		`{"kind":"maybe","reason":"r","actor":"admin"}`,
+		`{"kind":"abandon","reason":"r","note":7}`,
+		`{"kind":"abandon","reason":"r","actor":"admin","force":true}`,
+		`{"kind":"replay","reason":"r","actor":"admin"}`,
 	} {
 		post("/v1/operations/"+brokerDead+"/resolve", b, http.StatusBadRequest, requestViolates)
 	}
-	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"abandon","reason":" ","actor":"a"}`, http.StatusBadRequest, requestConforms)
-	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"r","actor":"a","kind":"replay"}`, http.StatusBadRequest, requestViolates)
+	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"abandon","reason":" ","actor":"admin"}`, http.StatusBadRequest, requestConforms)
+	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"r","actor":"admin","kind":"replay"}`, http.StatusBadRequest, requestViolates)
 	// 404, 409, 413, 401.
-	post("/v1/operations/op_aaaaaaaaaaaaaaaaaaaaaaaaaa/replay", `{"reason":"r","actor":"a"}`, http.StatusNotFound, requestConforms)
-	post("/v1/operations/"+happened+"/replay", `{"reason":"r","actor":"a"}`, http.StatusConflict, requestConforms)
-	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"not_happened","reason":"r","actor":"a"}`, http.StatusConflict, requestConforms)
-	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"`+strings.Repeat("r", 20<<10)+`","actor":"a"}`, http.StatusRequestEntityTooLarge, requestViolates)
-	c.do(exchange{method: http.MethodPost, url: e.admin.URL + "/v1/operations/" + brokerDead + "/replay", body: []byte(`{"reason":"r","actor":"a"}`),
+	post("/v1/operations/op_aaaaaaaaaaaaaaaaaaaaaaaaaa/replay", `{"reason":"r","actor":"admin"}`, http.StatusNotFound, requestConforms)
+	post("/v1/operations/"+happened+"/replay", `{"reason":"r","actor":"admin"}`, http.StatusConflict, requestConforms)
+	post("/v1/operations/"+brokerDead+"/resolve", `{"kind":"not_happened","reason":"r","actor":"admin"}`, http.StatusConflict, requestConforms)
+	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"`+strings.Repeat("r", 20<<10)+`","actor":"admin"}`, http.StatusRequestEntityTooLarge, requestViolates)
+	c.do(exchange{method: http.MethodPost, url: e.admin.URL + "/v1/operations/" + brokerDead + "/replay", body: []byte(`{"reason":"r","actor":"admin"}`),
 		want: http.StatusUnauthorized, request: requestViolates})
 
 	// 503 with Retry-After: someone holds the operation's lease.
@@ -101,7 +101,7 @@ func TestOpenAPIRecoveryAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"r","actor":"a"}`, http.StatusServiceUnavailable, requestConforms)
+	post("/v1/operations/"+brokerDead+"/replay", `{"reason":"r","actor":"admin"}`, http.StatusServiceUnavailable, requestConforms)
 	if err := storage.NewReservations(e.rdb).Release(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestOpenAPIRecoveryAnswers(t *testing.T) {
 	// an evidence store that is down.
 	bare := httptest.NewServer(handlers.NewAdmin(handlers.AdminOptions{Token: adminToken, Evidence: brokenStore{}}))
 	t.Cleanup(bare.Close)
-	c.do(exchange{method: http.MethodPost, url: bare.URL + "/v1/operations/" + brokerDead + "/replay", body: []byte(`{"reason":"r","actor":"a"}`),
+	c.do(exchange{method: http.MethodPost, url: bare.URL + "/v1/operations/" + brokerDead + "/replay", body: []byte(`{"reason":"r","actor":"admin"}`),
 		token: adminToken, want: http.StatusServiceUnavailable})
 	c.do(exchange{method: http.MethodGet, url: bare.URL + "/v1/dead-letters", token: adminToken, want: http.StatusServiceUnavailable})
 }

@@ -35,6 +35,12 @@ type pushEnvelope struct {
 // failure is a *Rejection with a bounded reason: a body we cannot read never
 // becomes an operation (only a poison record) and is never acked as done.
 func decodePubSub(body []byte) (*gate.Message, error) {
+	// Checked before decoding, which would replace what it cannot read
+	// with U+FFFD and make two message ids, sources or attribute keys one.
+	// Pub/Sub writes its envelopes as UTF-8 JSON; no genuine one fails.
+	if why := gate.ExactJSON(body); why != "" {
+		return nil, badRequest("body %s, so its ids and attributes cannot be read exactly", why)
+	}
 	var env pushEnvelope
 	if rej := decodeEnvelope(body, &env); rej != nil {
 		return nil, rej

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,7 +66,12 @@ func handleResolve(o *AdminOptions) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("kind must be happened, not_happened or abandon, not %q", gate.Bound(string(req.Kind), 64)))
 			return
 		}
-		o.resolve(w, r, id, gate.Resolution{Kind: req.Kind, ResultID: req.ResultID, Reason: req.Reason, Actor: req.Actor})
+		res, ok := recordedResolution(w, r, req.Actor, req.Reason, req.Note)
+		if !ok {
+			return
+		}
+		res.Kind, res.ResultID = req.Kind, req.ResultID
+		o.resolve(w, r, id, res)
 	}
 }
 
@@ -79,8 +85,58 @@ func handleReplay(o *AdminOptions) http.HandlerFunc {
 		if !decodeBody(w, r, &req) {
 			return
 		}
-		o.resolve(w, r, id, gate.Resolution{Kind: gate.ResolveReplay, Reason: req.Reason, Actor: req.Actor})
+		res, ok := recordedResolution(w, r, req.Actor, req.Reason, req.Note)
+		if !ok {
+			return
+		}
+		res.Kind = gate.ResolveReplay
+		o.resolve(w, r, id, res)
 	}
+}
+
+// MaxNote bounds a resolution's note.
+const MaxNote = 200
+
+// ActorPrefix starts the actor of every resolution made through the admin
+// API: "api:" and the name of the credential the request carried.
+const ActorPrefix = "api:"
+
+// recordedResolution is the actor and reason a resolution is recorded with.
+// The actor is the authenticated credential's, never the caller's choice:
+// a request's actor field is accepted only when it names that credential
+// (older clients sent their own name), and refused otherwise. The note is
+// kept after the reason, as "REASON (note: NOTE)".
+func recordedResolution(w http.ResponseWriter, r *http.Request, actor, reason, note string) (gate.Resolution, bool) {
+	name := Caller(r.Context())
+	if name == "" {
+		// The route is behind requireCredential; without a name something
+		// is miswired, and nothing may be recorded under no one.
+		writeProblem(w, http.StatusInternalServerError, "no authenticated credential")
+		return gate.Resolution{}, false
+	}
+	if actor != "" && actor != name && actor != ActorPrefix+name {
+		writeProblem(w, http.StatusBadRequest, "actor is the credential the request carries ("+ActorPrefix+name+") and cannot be chosen; put free text in note")
+		return gate.Resolution{}, false
+	}
+	if note != "" {
+		switch {
+		case len(note) > MaxNote:
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("note is longer than %d bytes", MaxNote))
+			return gate.Resolution{}, false
+		case gate.Unstorable(note) != "":
+			writeProblem(w, http.StatusBadRequest, "note "+gate.Unstorable(note))
+			return gate.Resolution{}, false
+		case strings.TrimSpace(reason) == "":
+			writeProblem(w, http.StatusBadRequest, "invalid resolution: reason is required")
+			return gate.Resolution{}, false
+		}
+		reason += " (note: " + note + ")"
+		if len(reason) > gate.MaxReason {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("reason and note together are longer than %d bytes", gate.MaxReason-len(" (note: )")))
+			return gate.Resolution{}, false
+		}
+	}
+	return gate.Resolution{Reason: reason, Actor: ActorPrefix + name}, true
 }
 
 // resolve applies res and answers the evidence record as it now is.
@@ -158,10 +214,21 @@ var errTrailing = errors.New("trailing data")
 // (413), unknown fields, trailing data and anything that is not JSON (400).
 // Its answers name fields and positions, never the body's values.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxResolutionBody))
-	dec.DisallowUnknownFields()
 	var tooBig *http.MaxBytesError
-	err := dec.Decode(v)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxResolutionBody))
+	if err == nil {
+		// An operator's reason or note is kept as written: decoding would
+		// replace bytes that are not UTF-8 with U+FFFD without a word.
+		if why := gate.ExactJSON(body); why != "" {
+			writeProblem(w, http.StatusBadRequest, "body "+why)
+			return false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err == nil {
+		err = dec.Decode(v)
+	}
 	if err == nil {
 		if _, after := dec.Token(); after != io.EOF {
 			err = errTrailing

@@ -30,6 +30,16 @@ type adminAnswer struct {
 
 func (e *env) adminPost(path string, body any) adminAnswer {
 	e.t.Helper()
+	return e.adminPostAs("", path, body)
+}
+
+// adminPostAs posts with the token of the operator name ("" is admin).
+func (e *env) adminPostAs(name, path string, body any) adminAnswer {
+	e.t.Helper()
+	token := adminToken
+	if name != "" {
+		token = operatorToken(name)
+	}
 	raw, ok := body.([]byte)
 	if !ok {
 		var err error
@@ -38,7 +48,7 @@ func (e *env) adminPost(path string, body any) adminAnswer {
 		}
 	}
 	req, _ := http.NewRequest(http.MethodPost, e.admin.URL+path, bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -63,14 +73,17 @@ func (e *env) adminPost(path string, body any) adminAnswer {
 	return a
 }
 
+// resolveOp posts req as the operator req.Actor names (whose credential it
+// is, so the gateway accepts the field).
 func (e *env) resolveOp(id string, req adminapi.ResolveRequest) adminAnswer {
 	e.t.Helper()
-	return e.adminPost("/v1/operations/"+id+"/resolve", req)
+	return e.adminPostAs(req.Actor, "/v1/operations/"+id+"/resolve", req)
 }
 
+// replayOp replays id as the operator actor.
 func (e *env) replayOp(id, reason, actor string) adminAnswer {
 	e.t.Helper()
-	return e.adminPost("/v1/operations/"+id+"/replay", adminapi.ReplayRequest{Reason: reason, Actor: actor})
+	return e.adminPostAs(actor, "/v1/operations/"+id+"/replay", adminapi.ReplayRequest{Reason: reason})
 }
 
 // snapshot is the whole ledger record of an operation, for "nothing
@@ -173,17 +186,17 @@ func TestResolveEachKind(t *testing.T) {
 			t.Fatalf("manual interventions %+v", rec.ManualInterventions)
 		}
 		iv := rec.ManualInterventions[0]
-		if iv.Kind != gate.ResolveHappened || iv.Actor != "alice" || iv.Reason != req.Reason || iv.ResultID != "res-console-7" ||
+		if iv.Kind != gate.ResolveHappened || iv.Actor != "api:alice" || iv.Reason != req.Reason || iv.ResultID != "res-console-7" ||
 			iv.From != gate.StateEffectIndeterminate || iv.To != gate.StateEffectConfirmed || iv.Fence != rec.Operation.Fence {
 			t.Fatalf("intervention %+v", iv)
 		}
-		if mi := rec.Evidence.ManualIntervention; mi == nil || !strings.Contains(*mi, "happened by alice") ||
+		if mi := rec.Evidence.ManualIntervention; mi == nil || !strings.Contains(*mi, "happened by api:alice") ||
 			!strings.Contains(*mi, req.Reason) || !strings.Contains(*mi, "res-console-7") {
 			t.Fatalf("manual_intervention = %v", mi)
 		}
 		// The statement never passes an operator's word off as the
 		// downstream's evidence.
-		if !strings.Contains(rec.Statement, "confirmed by operator alice") || !strings.Contains(rec.Statement, "not by the downstream") ||
+		if !strings.Contains(rec.Statement, "confirmed by operator api:alice") || !strings.Contains(rec.Statement, "not by the downstream") ||
 			strings.Contains(rec.Statement, "the downstream's effect evidence is") {
 			t.Fatalf("statement: %s", rec.Statement)
 		}
@@ -222,10 +235,10 @@ func TestResolveEachKind(t *testing.T) {
 			rec.Operation.ResultID != "" || len(rec.Attempts) != len(first.Attempts) {
 			t.Fatalf("after not_happened: %+v, %d attempts", rec.Operation, len(rec.Attempts))
 		}
-		if iv := rec.ManualInterventions; len(iv) != 1 || iv[0].Actor != "bob" || iv[0].To != gate.StatePendingEffect || iv[0].ResultID != "" {
+		if iv := rec.ManualInterventions; len(iv) != 1 || iv[0].Actor != "api:bob" || iv[0].To != gate.StatePendingEffect || iv[0].ResultID != "" {
 			t.Fatalf("interventions %+v", iv)
 		}
-		if !strings.Contains(rec.Statement, "Operator bob said the effect did not happen") {
+		if !strings.Contains(rec.Statement, "Operator api:bob said the effect did not happen") {
 			t.Fatalf("statement: %s", rec.Statement)
 		}
 		again := e.resolveOp(id, req)
@@ -369,22 +382,25 @@ func TestResolutionRefusalsChangeNothing(t *testing.T) {
 		body   []byte
 		status int
 	}{
-		{"no reason", "resolve", []byte(`{"kind":"not_happened","actor":"dave"}`), 400},
-		{"blank reason", "resolve", []byte(`{"kind":"not_happened","reason":"  ","actor":"dave"}`), 400},
-		{"no actor", "resolve", []byte(`{"kind":"not_happened","reason":"r"}`), 400},
+		{"no reason", "resolve", []byte(`{"kind":"not_happened","actor":"admin"}`), 400},
+		{"blank reason", "resolve", []byte(`{"kind":"not_happened","reason":"  ","actor":"admin"}`), 400},
+		{"an actor other than the credential", "resolve", []byte(`{"kind":"not_happened","reason":"r","actor":"dave"}`), 400},
 		{"actor too long", "resolve", []byte(`{"kind":"not_happened","reason":"r","actor":"` + strings.Repeat("a", 257) + `"}`), 400},
-		{"reason too long", "replay", []byte(`{"reason":"` + strings.Repeat("r", 301) + `","actor":"dave"}`), 400},
-		{"happened without a result id", "resolve", []byte(`{"kind":"happened","reason":"r","actor":"dave"}`), 400},
-		{"a result id on not_happened", "resolve", []byte(`{"kind":"not_happened","result_id":"x","reason":"r","actor":"dave"}`), 400},
-		{"unknown kind", "resolve", []byte(`{"kind":"maybe","reason":"r","actor":"dave"}`), 400},
-		{"replay through resolve", "resolve", []byte(`{"kind":"replay","reason":"r","actor":"dave"}`), 400},
-		{"unknown field", "resolve", []byte(`{"kind":"abandon","reason":"r","actor":"dave","force":true}`), 400},
-		{"kind on replay", "replay", []byte(`{"kind":"replay","reason":"r","actor":"dave"}`), 400},
+		{"note too long", "resolve", []byte(`{"kind":"not_happened","reason":"r","note":"` + strings.Repeat("n", 201) + `"}`), 400},
+		{"reason and note too long", "replay", []byte(`{"reason":"` + strings.Repeat("r", 250) + `","note":"` + strings.Repeat("n", 60) + `"}`), 400},
+		{"NUL in the note", "resolve", []byte(`{"kind":"abandon","reason":"r","note":"n\u0000"}`), 400},
+		{"reason too long", "replay", []byte(`{"reason":"` + strings.Repeat("r", 301) + `","actor":"admin"}`), 400},
+		{"happened without a result id", "resolve", []byte(`{"kind":"happened","reason":"r","actor":"admin"}`), 400},
+		{"a result id on not_happened", "resolve", []byte(`{"kind":"not_happened","result_id":"x","reason":"r","actor":"admin"}`), 400},
+		{"unknown kind", "resolve", []byte(`{"kind":"maybe","reason":"r","actor":"admin"}`), 400},
+		{"replay through resolve", "resolve", []byte(`{"kind":"replay","reason":"r","actor":"admin"}`), 400},
+		{"unknown field", "resolve", []byte(`{"kind":"abandon","reason":"r","actor":"admin","force":true}`), 400},
+		{"kind on replay", "replay", []byte(`{"kind":"replay","reason":"r","actor":"admin"}`), 400},
 		{"not JSON", "resolve", []byte(`{"kind":`), 400},
-		{"two objects", "resolve", []byte(`{"kind":"abandon","reason":"r","actor":"dave"} {}`), 400},
+		{"two objects", "resolve", []byte(`{"kind":"abandon","reason":"r","actor":"admin"} {}`), 400},
 		{"an array", "replay", []byte(`[]`), 400},
 		{"NUL in the actor", "resolve", []byte(`{"kind":"abandon","reason":"r","actor":"d\u0000ve"}`), 400},
-		{"too large", "resolve", []byte(`{"kind":"abandon","reason":"` + strings.Repeat("r", 20<<10) + `","actor":"dave"}`), 413},
+		{"too large", "resolve", []byte(`{"kind":"abandon","reason":"` + strings.Repeat("r", 20<<10) + `","actor":"admin"}`), 413},
 	} {
 		a := e.adminPost("/v1/operations/"+indetID+"/"+tc.path, tc.body)
 		if a.Status != tc.status {

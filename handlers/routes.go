@@ -18,7 +18,7 @@ func addIngestRoutes(r chi.Router, o *IngestOptions) {
 
 func addAdminRoutes(r chi.Router, o *AdminOptions) {
 	r.Group(func(r chi.Router) {
-		r.Use(requireToken(o.refused, o.Token))
+		r.Use(o.requireCredential(false))
 		r.Get("/v1/operations", handleListOperations(o))
 		r.Get("/v1/operations/{id}", handleGetOperation(o))
 		r.Post("/v1/operations/{id}/resolve", handleResolve(o))
@@ -29,5 +29,5 @@ func addAdminRoutes(r chi.Router, o *AdminOptions) {
 		r.Get("/v1/poison", handleListPoison(o))
 	})
 	// A scraper may hold the metrics token, which opens nothing but this.
-	r.With(requireToken(o.refused, o.Token, o.MetricsToken)).Method(http.MethodGet, "/metrics", o.Metrics)
+	r.With(o.requireCredential(true)).Method(http.MethodGet, "/metrics", o.Metrics)
 }

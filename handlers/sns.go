@@ -91,6 +91,11 @@ func (o *IngestOptions) verifySNS(ctx context.Context, route *gate.Route, m *bro
 		if o.Auth.SNS == nil {
 			return notConfigured("the SNS verifier")
 		}
+		// Before any fetch: the route's topics name the regions whose SNS
+		// endpoints it fetches certificates from (config requires them).
+		if !brokerauth.RegionAllowed(m.TopicArn, route.Sources) {
+			return &brokerauth.Error{Kind: brokerauth.Forbidden, Reason: "topic is not in a region of this route's topics; nothing was fetched for it"}
+		}
 		return o.Auth.SNS.Verify(ctx, m)
 	}
 	return notConfigured("authenticator " + string(route.Auth) + " for sns")

@@ -313,3 +313,30 @@ func TestSNSWithoutVerifierFailsClosed(t *testing.T) {
 	wantStatus(t, r, http.StatusServiceUnavailable)
 	e.nothingRecorded("without a verifier")
 }
+
+// A route fetches certificates only for the regions its topics are in: a
+// signed message from a topic in another region is refused (403) before
+// anything is fetched for it, so messages naming other regions cannot spend
+// the route's fetches. A topic of the route's region that the route does
+// not list is still verified, and refused as not allowed.
+func TestSNSMessageFromAnotherRegionIsRefusedWithoutAFetch(t *testing.T) {
+	t.Parallel()
+	sns := authtest.NewSNS(t)
+	e := newSNSEnv(t, sns)
+	for _, topic := range []string{"arn:aws:sns:eu-west-1:123456789012:orders", "arn:aws:sns:zz-9:123456789012:orders", "not-an-arn"} {
+		m := sns.Sign(sns.Notification(topic, "n-"+topic, `{"order":1}`), "2")
+		r, _ := e.postSNS("orders", m, authtest.Body(m), nil)
+		if r.Status != http.StatusForbidden || !strings.Contains(r.Body.Reason, "region") {
+			t.Errorf("topic %s: %d %s, want 403 naming the region", topic, r.Status, r.Raw)
+		}
+	}
+	if n := sns.CertHits(); n != 0 {
+		t.Fatalf("certificate fetched %d times for other regions' messages", n)
+	}
+	m := sns.Sign(sns.Notification(otherTopic, "n-other", `{"order":1}`), "2")
+	r, _ := e.postSNS("orders", m, authtest.Body(m), nil)
+	if r.Status != http.StatusForbidden || sns.CertHits() != 1 {
+		t.Fatalf("an unlisted topic of the route's region: %d %s, %d fetches", r.Status, r.Raw, sns.CertHits())
+	}
+	e.nothingRecorded("other regions")
+}

@@ -68,8 +68,27 @@ func (l *Ledger) Apply(ctx context.Context, start *gate.Change, req *gate.Effect
 	if spec == nil {
 		return fmt.Errorf("storage: local: route %s has no statement", req.Route.Name)
 	}
+	var found *gate.Operation
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if start != nil {
+		switch {
+		case start != nil && start.Claim != nil && start.Claim.Row != nil:
+			// A creating claim: if it finds the operation, it has recorded
+			// the delivery against it, which commits, and nothing else runs.
+			if err := checkClaim(start); err != nil {
+				return err
+			}
+			r, err := l.run(ctx, tx, []*job{{kind: claimJob, id: start.OperationID, change: start}})
+			if err != nil {
+				return translate("claim", err)
+			}
+			if r[0].err != nil {
+				return r[0].err
+			}
+			if !r[0].created {
+				found = r[0].op
+				return nil
+			}
+		case start != nil:
 			if err := l.writeIn(ctx, tx, start); err != nil {
 				return err
 			}
@@ -84,5 +103,8 @@ func (l *Ledger) Apply(ctx context.Context, start *gate.Change, req *gate.Effect
 		}
 		return l.writeIn(ctx, tx, c)
 	})
+	if err == nil && found != nil {
+		return &gate.Found{Op: found}
+	}
 	return translate("local", err)
 }

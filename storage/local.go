@@ -35,10 +35,16 @@ func runLocal(ctx context.Context, tx pgx.Tx, spec *gate.LocalSpec, req *gate.Ef
 		value any
 		res   gate.EffectResult
 	)
-	_, err := tx.Exec(ctx, setup)
-	if err == nil {
-		err = tx.QueryRow(ctx, spec.SQL, args...).Scan(&value)
+	if _, err := tx.Exec(ctx, setup); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return gate.EffectResult{}, err
+		}
+		// No message can make SET ROLE fail: the role is missing or not
+		// the login's to take (22023, 42501, 42704).
+		return gate.EffectResult{}, &LocalConfigError{Route: req.Route.Name, Role: spec.Role, Code: pe.Code, Step: "taking its role"}
 	}
+	err := tx.QueryRow(ctx, spec.SQL, args...).Scan(&value)
 	switch {
 	case err == nil:
 		id := resultText(value)
@@ -53,6 +59,9 @@ func runLocal(ctx context.Context, tx pgx.Tx, spec *gate.LocalSpec, req *gate.Ef
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) && ctx.Err() != nil {
 			return gate.EffectResult{}, err // the transaction is gone with the context
+		}
+		if pe != nil && configFault(pe.Code) {
+			return gate.EffectResult{}, &LocalConfigError{Route: req.Route.Name, Role: spec.Role, Code: pe.Code, Step: "running its statement"}
 		}
 		res = classifyLocal(err)
 	}
@@ -70,10 +79,83 @@ func runLocal(ctx context.Context, tx pgx.Tx, spec *gate.LocalSpec, req *gate.Ef
 	return res, nil
 }
 
+// ErrLocalConfig is the sentinel every LocalConfigError wraps.
+var ErrLocalConfig = gate.ErrLocalConfig
+
+// LocalConfigError is a local statement that failed for its route's
+// configuration, not for the message: its role is missing or not the
+// login's to take, it lacks a privilege, it names a table, column or
+// function that is not there. No retry of the message can cure it and no
+// message is at fault, so it is neither an outcome nor terminal: Apply
+// returns it as an error, which rolls the whole transaction back (the
+// claim too, so no attempt is counted) and makes the delivery a nack, and
+// the gateway logs it as a failed delivery until an operator fixes the
+// database or the route. Acking or dead-lettering would lose messages
+// over a typo.
+type LocalConfigError struct {
+	Route, Role, Code string
+	// Step is what failed: taking the role, or running the statement.
+	Step string
+}
+
+func (e *LocalConfigError) Error() string {
+	role := "the gateway's own role"
+	if e.Role != "" {
+		role = "role " + e.Role
+	}
+	return fmt.Sprintf("route %s: local statement failed %s under %s with SQLSTATE %s (%s): a configuration fault, fix the grants, the role or the statement; deliveries are nacked until then",
+		e.Route, e.Step, role, e.Code, sqlStateClass(e.Code))
+}
+
+func (e *LocalConfigError) Unwrap() error { return ErrLocalConfig }
+
+// configFault reports whether code is a failure of the statement's
+// configuration rather than of the message: class 42 (syntax, an access
+// rule, an undefined object: 42501 insufficient privilege, 42P01 undefined
+// table, 42704 undefined object, ...), 28 (invalid authorization), 0L and
+// 0P (invalid grantor, role specification), 3F (invalid schema name) and 25
+// (a statement that cannot run in the ledger's transaction). None depends
+// on the message's values. A row-level security policy's refusal is 42501
+// as well, and so also taken for one: a rule about the data belongs in a
+// CHECK constraint, whose refusal (23514) is terminal.
+func configFault(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "42", "28", "0L", "0P", "3F", "25":
+		return true
+	}
+	return false
+}
+
+func sqlStateClass(code string) string {
+	switch {
+	case code == "42501":
+		return "insufficient privilege"
+	case code == "22023":
+		return "invalid parameter value, such as a role that does not exist"
+	case code == "42704":
+		return "undefined object"
+	case code == "42P01":
+		return "undefined table"
+	case code == "42703":
+		return "undefined column"
+	case code == "42883":
+		return "undefined function"
+	case strings.HasPrefix(code, "42"):
+		return "syntax error or access rule violation"
+	case strings.HasPrefix(code, "25"):
+		return "invalid transaction state"
+	}
+	return "see the Postgres error codes"
+}
+
 // classifyLocal sorts a failed statement: what a retry may cure (a timeout,
 // a serialization failure, a lock or resource shortage) is retryable; a
-// statement the data or the schema refuses is terminal. The reason names
-// the SQLSTATE and constraint, never the message, which may quote data.
+// statement the data refuses is terminal. Failures of the configuration
+// (configFault) never get here. The reason names the SQLSTATE and
+// constraint, never the message, which may quote data.
 func classifyLocal(err error) gate.EffectResult {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
@@ -90,7 +172,7 @@ func classifyLocal(err error) gate.EffectResult {
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: reason + ": statement timeout"}
 	case strings.HasPrefix(pe.Code, "40"), strings.HasPrefix(pe.Code, "53"), pe.Code == "55P03", pe.Code == "55006":
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: reason}
-	case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "23"), strings.HasPrefix(pe.Code, "42"),
+	case strings.HasPrefix(pe.Code, "22"), strings.HasPrefix(pe.Code, "23"),
 		strings.HasPrefix(pe.Code, "2B"), strings.HasPrefix(pe.Code, "P0"):
 		return gate.EffectResult{Outcome: gate.OutcomeTerminal, Reason: reason}
 	}
@@ -118,10 +200,16 @@ func localArgs(spec *gate.LocalSpec, req *gate.EffectRequest) ([]any, string) {
 		case gate.ParamMessageID:
 			args = append(args, m.MessageID)
 		case gate.ParamAttribute:
-			if v, ok := m.Attributes[p.Name]; ok {
+			v, ok := m.Attributes[p.Name]
+			switch {
+			case ok:
 				args = append(args, v)
-			} else {
+			case p.Optional:
 				args = append(args, nil)
+			default:
+				// Bound as NULL, it would reach the statement as if the
+				// publisher had meant "no value".
+				return nil, fmt.Sprintf("parameter $%d: the message has no attribute %q (mark it attribute?:%s in the route if it may be absent)", i+1, p.Name, p.Name)
 			}
 		default:
 			return nil, fmt.Sprintf("parameter $%d: unknown kind %q", i+1, p.Kind)

@@ -27,7 +27,7 @@ const (
 	exitUsage       = 2 // flags or arguments the command does not take
 	exitRefused     = 3 // 409: not in this state; nothing was changed
 	exitRequest     = 4 // 400, 401, 404, 413: the request, the token or the id is wrong
-	exitUnavailable = 5 // 503 or another 5xx, or the admin API unreachable: try again
+	exitUnavailable = 5 // 503 or another 5xx, 429, or the admin API unreachable: try again
 )
 
 // exitError is an error with the process exit status it calls for.
@@ -48,7 +48,7 @@ func exitCodeFor(status int) int {
 	switch {
 	case status == http.StatusConflict:
 		return exitRefused
-	case status >= 500:
+	case status >= 500, status == http.StatusTooManyRequests:
 		return exitUnavailable
 	case status >= 400:
 		return exitRequest
@@ -76,10 +76,14 @@ func parseWithID(fs *flag.FlagSet, args []string) (string, error) {
 	return ids[0], nil
 }
 
-// actorFlag is who the resolution names: --actor, else $USER; a resolution
-// without one is refused here rather than recorded as nobody's.
-func actorFlag(fs *flag.FlagSet, getenv func(string) string) *string {
-	return fs.String("actor", getenv("USER"), "who resolves it, kept in the evidence record (default $USER)")
+// actorFlag is kept for scripts written before named credentials: the
+// gateway records the name of the credential in GATEWAY_ADMIN_TOKEN as the
+// actor, and refuses an --actor that names anyone else. --note carries free
+// text instead.
+func actorFlag(fs *flag.FlagSet, _ func(string) string) (actor, note *string) {
+	actor = fs.String("actor", "", "deprecated: the actor is the name of the credential in GATEWAY_ADMIN_TOKEN; if given, it must be that name")
+	note = fs.String("note", "", "free text kept with the reason (a ticket, on whose behalf)")
+	return actor, note
 }
 
 func needText(name, v string) error {
@@ -94,18 +98,18 @@ func opsResolve(ctx context.Context, c *adminClient, args []string, getenv func(
 	kind := fs.String("kind", "", "what happened to the effect: happened, not_happened or abandon")
 	resultID := fs.String("result-id", "", "the effect's result id at the downstream (with --kind happened)")
 	reason := fs.String("reason", "", "why, kept in the evidence record")
-	actor := actorFlag(fs, getenv)
+	actor, note := actorFlag(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the evidence record as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"kind", *kind}, {"reason", *reason}, {"actor", *actor}} {
+	for _, f := range []struct{ name, v string }{{"kind", *kind}, {"reason", *reason}} {
 		if err := needText(f.name, f.v); err != nil {
 			return err
 		}
 	}
-	req := adminapi.ResolveRequest{Kind: gate.ResolutionKind(*kind), ResultID: *resultID, Reason: *reason, Actor: *actor}
+	req := adminapi.ResolveRequest{Kind: gate.ResolutionKind(*kind), ResultID: *resultID, Reason: *reason, Note: *note, Actor: *actor}
 	var rec adminapi.EvidenceRecord
 	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/resolve", req, &rec)
 	if err != nil {
@@ -117,19 +121,17 @@ func opsResolve(ctx context.Context, c *adminClient, args []string, getenv func(
 func opsReplay(ctx context.Context, c *adminClient, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ops replay", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why, kept in the evidence record")
-	actor := actorFlag(fs, getenv)
+	actor, note := actorFlag(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the evidence record as JSON")
 	id, err := parseWithID(fs, args)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"reason", *reason}, {"actor", *actor}} {
-		if err := needText(f.name, f.v); err != nil {
-			return err
-		}
+	if err := needText("reason", *reason); err != nil {
+		return err
 	}
 	var rec adminapi.EvidenceRecord
-	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/replay", adminapi.ReplayRequest{Reason: *reason, Actor: *actor}, &rec)
+	h, err := c.post(ctx, "/v1/operations/"+url.PathEscape(id)+"/replay", adminapi.ReplayRequest{Reason: *reason, Note: *note, Actor: *actor}, &rec)
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,20 @@ func (c cli) wantExit(code int, what string, args ...string) {
 	}
 }
 
+// as is c run with name's own token (operatorTokens): what it resolves is
+// recorded under that name.
+func (c cli) as(name string) cli {
+	env := gatewayEnv{}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	env["GATEWAY_ADMIN_TOKEN"] = name + "-token-0123456789"
+	return cli{t: c.t, env: env}
+}
+
+// operatorTokens are the named credentials the test gateway accepts.
+const operatorTokens = "alice=alice-token-0123456789,bob=bob-token-0123456789,carol=carol-token-0123456789,dave=dave-token-0123456789"
+
 // opID finds the operation of a message id with gateway ops list.
 func (c cli) opID(messageID string) string {
 	c.t.Helper()
@@ -126,12 +140,16 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := newGatewayEnv(t, testenv.DatabaseURL(t), testenv.Redis(t), routes)
+	serverEnv := gatewayEnv{"GATEWAY_ADMIN_TOKENS": operatorTokens}
+	for k, v := range env {
+		serverEnv[k] = v
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env.get, io.Discard, io.Discard) }()
+	go func() { done <- run(ctx, []string{"serve"}, serverEnv.get, io.Discard, io.Discard) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -150,14 +168,16 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 	down.lose.Store(false)
 	happened, notHappened, abandoned := ops.opID("m-1"), ops.opID("m-2"), ops.opID("m-3")
 
-	// happened: confirmed on the operator's word; the redelivery is acked
-	// without a call; the same command again changes nothing.
-	out := ops.must("resolve", happened, "--kind", "happened", "--result-id", "r-console", "--reason", "found in the provider's log", "--actor", "alice")
+	// happened: confirmed on the operator's word, recorded under the name
+	// of the credential the CLI carried; the redelivery is acked without a
+	// call; the same command again changes nothing.
+	alice := ops.as("alice")
+	out := alice.must("resolve", happened, "--kind", "happened", "--result-id", "r-console", "--reason", "found in the provider's log")
 	if !strings.Contains(out, happened+": recorded") || !strings.Contains(out, "effect_confirmed") ||
-		!strings.Contains(out, "happened by alice") || !strings.Contains(out, "confirmed by operator alice") {
+		!strings.Contains(out, "happened by api:alice") || !strings.Contains(out, "confirmed by operator api:alice") {
 		t.Fatalf("ops resolve happened:\n%s", out)
 	}
-	out = ops.must("resolve", "--kind", "happened", "--result-id", "r-console", "--reason", "found in the provider's log", "--actor", "alice", happened)
+	out = alice.must("resolve", "--kind", "happened", "--result-id", "r-console", "--reason", "found in the provider's log", happened)
 	if !strings.Contains(out, "already recorded, nothing changed") {
 		t.Fatalf("the same resolution again:\n%s", out)
 	}
@@ -166,19 +186,17 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 		t.Fatalf("redelivery after happened: %d, %d new calls", code, down.calls.Load()-calls)
 	}
 
-	// not_happened: the actor comes from $USER, or is required.
-	ops.wantExit(exitUsage, "--actor is required", "resolve", notHappened, "--kind", "not_happened", "--reason", "not in the log")
-	withUser := cli{t: t, env: gatewayEnv{}}
-	for k, v := range env {
-		withUser.env[k] = v
-	}
-	withUser.env["USER"] = "bob"
-	out = withUser.must("resolve", notHappened, "--kind", "not_happened", "--reason", "not in the log")
-	if !strings.Contains(out, "pending_effect") || !strings.Contains(out, "not_happened by bob") || !strings.Contains(out, "One attempt is granted") {
+	// not_happened: the actor is the credential's, never chosen; --actor
+	// naming someone else is refused, naming oneself is accepted (older
+	// scripts), and a note is kept with the reason.
+	bob := ops.as("bob")
+	bob.wantExit(exitRequest, "cannot be chosen", "resolve", notHappened, "--kind", "not_happened", "--reason", "not in the log", "--actor", "alice")
+	out = bob.must("resolve", notHappened, "--kind", "not_happened", "--reason", "not in the log", "--actor", "bob", "--note", "ticket OPS-7")
+	if !strings.Contains(out, "pending_effect") || !strings.Contains(out, "not_happened by api:bob") || !strings.Contains(out, "One attempt is granted") {
 		t.Fatalf("ops resolve not_happened:\n%s", out)
 	}
 	show := ops.must("show", notHappened)
-	if !strings.Contains(show, "intervention") || !strings.Contains(show, "not_happened by bob") {
+	if !strings.Contains(show, "intervention") || !strings.Contains(show, "not_happened by api:bob") || !strings.Contains(show, "(note: ticket OPS-7)") {
 		t.Fatalf("ops show after not_happened:\n%s", show)
 	}
 	key, calls := down.key(1), down.calls.Load() // m-2's first call
@@ -187,14 +205,15 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 	}
 
 	// abandon, then the dead-letter list, then a replay.
-	ops.must("resolve", abandoned, "--kind", "abandon", "--reason", "refunded by hand", "--actor", "carol")
+	ops.as("carol").must("resolve", abandoned, "--kind", "abandon", "--reason", "refunded by hand")
 	list := ops.must("dead-letters", "-route", "orders")
 	if rows := strings.Split(strings.TrimSpace(list), "\n"); len(rows) != 2 || !strings.HasPrefix(rows[1], abandoned) ||
 		!strings.Contains(rows[1], "terminal_failure") || !strings.Contains(rows[1], "broker") || !strings.Contains(rows[1], "true") {
 		t.Fatalf("ops dead-letters:\n%s", list)
 	}
-	out = ops.must("replay", abandoned, "--reason", "the customer asked again", "--actor", "dave")
-	if !strings.Contains(out, "pending_effect") || !strings.Contains(out, "replay by dave") {
+	dave := ops.as("dave")
+	out = dave.must("replay", abandoned, "--reason", "the customer asked again")
+	if !strings.Contains(out, "pending_effect") || !strings.Contains(out, "replay by api:dave") {
 		t.Fatalf("ops replay:\n%s", out)
 	}
 	key, calls = down.key(2), down.calls.Load() // m-3's first call
@@ -203,14 +222,15 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 	}
 
 	// Refusals and their exit statuses.
-	ops.wantExit(exitRefused, "409", "replay", abandoned, "--reason", "again", "--actor", "dave")
-	ops.wantExit(exitRefused, "409", "resolve", happened, "--kind", "not_happened", "--reason", "x", "--actor", "dave")
-	ops.wantExit(exitRequest, "404", "replay", "op_aaaaaaaaaaaaaaaaaaaaaaaaaa", "--reason", "x", "--actor", "dave")
-	ops.wantExit(exitRequest, "400", "resolve", happened, "--kind", "happened", "--reason", "x", "--actor", "dave")
-	ops.wantExit(exitUsage, "exactly one operation id", "replay", "--reason", "x", "--actor", "dave")
-	ops.wantExit(exitUsage, "exactly one operation id", "replay", happened, notHappened, "--reason", "x", "--actor", "dave")
-	ops.wantExit(exitUsage, "--reason is required", "replay", happened, "--actor", "dave")
-	ops.wantExit(exitUsage, "flag provided but not defined", "replay", happened, "--force")
+	dave.wantExit(exitRefused, "409", "replay", abandoned, "--reason", "again")
+	dave.wantExit(exitRefused, "409", "resolve", happened, "--kind", "not_happened", "--reason", "x")
+	dave.wantExit(exitRequest, "404", "replay", "op_aaaaaaaaaaaaaaaaaaaaaaaaaa", "--reason", "x")
+	dave.wantExit(exitRequest, "400", "resolve", happened, "--kind", "happened", "--reason", "x")
+	dave.wantExit(exitUsage, "exactly one operation id", "replay", "--reason", "x")
+	dave.wantExit(exitUsage, "exactly one operation id", "replay", happened, notHappened, "--reason", "x")
+	dave.wantExit(exitUsage, "--reason is required", "replay", happened)
+	dave.wantExit(exitUsage, "flag provided but not defined", "replay", happened, "--force")
+	ops.as("mallory").wantExit(exitRequest, "401", "replay", happened, "--reason", "x")
 	unreachable := cli{t: t, env: gatewayEnv{"GATEWAY_ADMIN_URL": "http://" + freeAddr(t), "GATEWAY_ADMIN_TOKEN": "x"}}
 	unreachable.wantExit(exitUnavailable, "admin API", "dead-letters")
 }

@@ -142,6 +142,16 @@ func (l *Ledger) Write(_ context.Context, c *gate.Change) error {
 
 // writeAll commits changes together or not at all, as one transaction.
 func (l *Ledger) writeAll(changes ...*gate.Change) error {
+	return l.commit(nil, changes...)
+}
+
+// commit commits create (a creating claim, or nil) and changes together or
+// not at all, as one transaction. A creating claim whose operation exists
+// refuses the whole with ErrExists.
+func (l *Ledger) commit(create *gate.Change, changes ...*gate.Change) error {
+	if create != nil {
+		changes = append([]*gate.Change{create}, changes...)
+	}
 	if l.BeforeWrite != nil {
 		for _, c := range changes {
 			if err := l.BeforeWrite(c); err != nil {
@@ -152,9 +162,20 @@ func (l *Ledger) writeAll(changes ...*gate.Change) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	staged := map[string]*Snapshot{}
-	for _, c := range changes {
+	for i, c := range changes {
 		if c.Claim != nil && c.Claim.Row != nil {
-			return fmt.Errorf("%w: a creating claim goes through Claim", ErrRefused)
+			if i > 0 || create == nil {
+				return fmt.Errorf("%w: a creating claim goes through Claim", ErrRefused)
+			}
+			if _, ok := l.ops[c.OperationID]; ok {
+				return gate.ErrExists
+			}
+			s, err := l.create(c)
+			if err != nil {
+				return err
+			}
+			staged[s.Op.ID] = s
+			continue
 		}
 		s, err := l.apply(c, staged)
 		if err != nil {

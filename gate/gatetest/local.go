@@ -25,7 +25,18 @@ type Local struct {
 var _ gate.Local = (*Local)(nil)
 
 // Apply implements gate.Local.
-func (x *Local) Apply(_ context.Context, start *gate.Change, req *gate.EffectRequest, settle func(gate.EffectResult) (*gate.Change, error)) error {
+func (x *Local) Apply(ctx context.Context, start *gate.Change, req *gate.EffectRequest, settle func(gate.EffectResult) (*gate.Change, error)) error {
+	creating := start != nil && start.Claim != nil && start.Claim.Row != nil
+	if creating {
+		if _, _, err := x.Ledger.FindByID(ctx, start.OperationID); err == nil {
+			// Found: the claim records the delivery, and nothing runs.
+			op, _, err := x.Ledger.Claim(ctx, start)
+			if err != nil {
+				return err
+			}
+			return &gate.Found{Op: op}
+		}
+	}
 	x.mu.Lock()
 	x.runs++
 	n, script := x.runs, x.Script
@@ -38,11 +49,15 @@ func (x *Local) Apply(_ context.Context, start *gate.Change, req *gate.EffectReq
 	if err != nil {
 		return err
 	}
-	changes := []*gate.Change{c}
-	if start != nil {
-		changes = []*gate.Change{start, c}
+	switch {
+	case creating:
+		err = x.Ledger.commit(start, c)
+	case start != nil:
+		err = x.Ledger.writeAll(start, c)
+	default:
+		err = x.Ledger.writeAll(c)
 	}
-	if err := x.Ledger.writeAll(changes...); err != nil {
+	if err != nil {
 		return err
 	}
 	if res.Outcome == gate.OutcomeConfirmed {

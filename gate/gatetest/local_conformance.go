@@ -137,6 +137,48 @@ var localCases = []localCase{
 			t.Fatalf("attempts %+v, dead letters %+v: want the terminal attempt and its dead letter", s.Attempts, s.DeadLetters)
 		}
 	}},
+	{"a creating claim commits with its statement and evidence, or not at all", func(t *testing.T, h LocalHarness) {
+		op := localOp("local-create")
+		err := h.Local.Apply(context.Background(), creating(t, op, "m-1"), localRequest(h, op, false, 1),
+			func(gate.EffectResult) (*gate.Change, error) { return nil, errSettle })
+		if !errors.Is(err, errSettle) {
+			t.Fatalf("Apply: %v, want the settlement's error", err)
+		}
+		if _, _, err := h.Ledger.FindByID(context.Background(), op.ID); !errors.Is(err, gate.ErrNotFound) {
+			t.Fatalf("an unsettled creation left the operation: %v", err)
+		}
+		if n := h.Rows(t, op.IdempotencyKey); n != 0 {
+			t.Fatalf("%d rows under the key, want none", n)
+		}
+		err = h.Local.Apply(context.Background(), creating(t, op, "m-1"), localRequest(h, op, false, 1),
+			func(er gate.EffectResult) (*gate.Change, error) { return settleAs(t, op, 1, 1, er), nil })
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if got := find(t, h.Ledger, op); got.State != gate.StateAckPending || got.AttemptCount != 1 || got.DeliveryCount != 1 {
+			t.Fatalf("created %+v, want ack_pending after one attempt and one delivery", got)
+		}
+		if n := h.Rows(t, op.IdempotencyKey); n != 1 {
+			t.Fatalf("%d rows under the key, want 1", n)
+		}
+	}},
+	{"a creating claim that finds the operation records the delivery and runs nothing", func(t *testing.T, h LocalHarness) {
+		op := localOp("local-found")
+		start(t, h.Ledger, op)
+		ran := false
+		err := h.Local.Apply(context.Background(), creating(t, op, "m-2"), localRequest(h, op, false, 1),
+			func(er gate.EffectResult) (*gate.Change, error) { ran = true; return settleAs(t, op, 1, 1, er), nil })
+		var found *gate.Found
+		if !errors.As(err, &found) || found.Op.ID != op.ID || found.Op.DeliveryCount != 2 {
+			t.Fatalf("Apply: %v, want Found with the operation and its second delivery", err)
+		}
+		if ran || h.Rows(t, op.IdempotencyKey) != 0 {
+			t.Fatalf("the statement ran (settled %v, %d rows) for an operation that existed", ran, h.Rows(t, op.IdempotencyKey))
+		}
+		if got := find(t, h.Ledger, op); got.State != gate.StatePendingEffect || got.DeliveryCount != 2 {
+			t.Fatalf("stored %+v, want pending_effect with two deliveries", got)
+		}
+	}},
 	{"a settlement that cannot be built takes the statement back", func(t *testing.T, h LocalHarness) {
 		op := localOp("local-unsettled")
 		start(t, h.Ledger, op)

@@ -8,7 +8,10 @@ import (
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/storage"
 )
+
+var _ brokerauth.CertStore = (*storage.SNSCerts)(nil)
 
 // brokerAuth builds the ingest listener's authenticators: the routes' shared
 // secrets, read once here through getenv from the variables the routes name;

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/storage"
 )
 
@@ -33,25 +34,35 @@ const startupProbe = 5 * time.Second
 // openPool builds the ledger's pool without requiring a connection
 // (storage.NewPool), with the start-up ping reduced to a probe whose
 // failure is logged rather than fatal, except for the refusals listed in
-// fatalAtStart.
-func openPool(ctx context.Context, databaseURL string, log *slog.Logger, opts ...storage.PoolOption) (*pgxpool.Pool, error) {
-	pool, err := storage.NewPool(ctx, databaseURL, opts...)
+// fatalAtStart. answered says whether Postgres answered the probe.
+func openPool(ctx context.Context, databaseURL string, log *slog.Logger, opts ...storage.PoolOption) (pool *pgxpool.Pool, answered bool, err error) {
+	pool, err = storage.NewPool(ctx, databaseURL, opts...)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, startupProbe)
 	defer cancel()
 	err = pool.Ping(pctx)
 	switch {
 	case err == nil:
+		return pool, true, nil
 	case fatalAtStart(err):
 		pool.Close()
-		return nil, fmt.Errorf("storage: open pool: %w", err)
-	default:
-		log.Warn("postgres does not answer at start; serving anyway: /readyz answers 503 and deliveries are nacked until it does",
-			"err", err)
+		return nil, false, fmt.Errorf("storage: open pool: %w", err)
 	}
-	return pool, nil
+	log.Warn("postgres does not answer at start; serving anyway: /readyz answers 503 and deliveries are nacked until it does",
+		"err", err)
+	return pool, false, nil
+}
+
+// hasLocal says whether any route runs a local statement.
+func hasLocal(routes []*gate.Route) bool {
+	for _, r := range routes {
+		if r.Shape == gate.ShapeLocal {
+			return true
+		}
+	}
+	return false
 }
 
 // fatalAtStart reports a Postgres answer that waiting will not change: the

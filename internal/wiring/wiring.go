@@ -30,6 +30,7 @@ import (
 	"github.com/ackgate/ackgate/downstream"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/handlers"
+	"github.com/ackgate/ackgate/internal/authlimit"
 	"github.com/ackgate/ackgate/recovery"
 	"github.com/ackgate/ackgate/storage"
 	"github.com/ackgate/ackgate/telemetry"
@@ -173,8 +174,20 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 			g.Close()
 		}
 	}()
-	if g.Pool, err = openPool(ctx, s.DatabaseURL, log, storage.WithTracing(tel.TracerProvider)); err != nil {
+	var answered bool
+	if g.Pool, answered, err = openPool(ctx, s.DatabaseURL, log, storage.WithTracing(tel.TracerProvider)); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	// A local route whose role or grants are wrong would nack every
+	// delivery; it is refused here, before any is taken, when Postgres
+	// answers at start (otherwise each such delivery is nacked as a
+	// configuration fault until the route is fixed).
+	if answered {
+		if err = storage.CheckLocalRoutes(ctx, g.Pool, o.Routes); err != nil {
+			return nil, fmt.Errorf("local routes: %w", err)
+		}
+	} else if hasLocal(o.Routes) {
+		log.Warn("local routes not checked: postgres does not answer at start")
 	}
 	g.Redis = RedisClient(ropts)
 	probeRedis(ctx, g.Redis, log)
@@ -206,6 +219,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		byName[r.Name] = r
 	}
 	auth.Subscriptions = g.Subscriptions
+	auth.SNS.ShareCerts(storage.NewSNSCerts(g.Redis))
 	g.IngestOptions = handlers.IngestOptions{
 		Gate: g.Gate, Routes: byName, MaxBodyBytes: s.MaxBodyBytes, Ready: g.Ready, Logger: log, Auth: auth,
 		Tracer: tel.TracerProvider.Tracer(handlersTracer), Propagators: tel.Propagators, Metrics: tel.Metrics,
@@ -214,12 +228,18 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		After: g.After,
 	}
 	g.Ingest = handlers.NewIngest(g.IngestOptions)
+	creds, err := s.AdminCredentials()
+	if err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	// One limit on failed credential checks for the API and the console.
+	limiter := authlimit.New(authlimit.DefaultLimits(), nil)
 	admin := handlers.NewAdmin(handlers.AdminOptions{
-		Token: s.AdminToken, Evidence: g.Ledger, Routes: o.Routes, Logger: log,
+		Credentials: creds, Evidence: g.Ledger, Routes: o.Routes, Logger: log, AuthLimiter: limiter,
 		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
 		Resolver: g.Gate, DeadLetters: g.Ledger,
 	})
-	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin); err != nil {
+	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin, creds, limiter); err != nil {
 		return nil, err
 	}
 	return g, nil

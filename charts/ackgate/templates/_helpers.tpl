@@ -111,6 +111,18 @@ below return "name/key" of where the setting lives, or "" when it is not set.
 {{- include "ackgate.secretRef" (list . .Values.metricsToken.value .Values.metricsToken.existingSecret .Values.metricsToken.existingSecretKey "metrics-token" "metricsToken") }}
 {{- end }}
 
+{{- define "ackgate.adminTokensRef" -}}
+{{- include "ackgate.secretRef" (list . .Values.adminTokens.value .Values.adminTokens.existingSecret .Values.adminTokens.existingSecretKey "admin-tokens" "adminTokens") }}
+{{- end }}
+
+{{- define "ackgate.outboxKeyRef" -}}
+{{- include "ackgate.secretRef" (list . .Values.outboxKey.value .Values.outboxKey.existingSecret .Values.outboxKey.existingSecretKey "outbox-key" "outboxKey") }}
+{{- end }}
+
+{{- define "ackgate.outboxOldKeysRef" -}}
+{{- include "ackgate.secretRef" (list . .Values.outboxOldKeys.value .Values.outboxOldKeys.existingSecret .Values.outboxOldKeys.existingSecretKey "outbox-old-keys" "outboxOldKeys") }}
+{{- end }}
+
 {{- define "ackgate.keyHashSecretRef" -}}
 {{- include "ackgate.secretRef" (list . .Values.keyHashSecret.value .Values.keyHashSecret.existingSecret .Values.keyHashSecret.existingSecretKey "key-hash-secret" "keyHashSecret") }}
 {{- end }}
@@ -118,7 +130,7 @@ below return "name/key" of where the setting lives, or "" when it is not set.
 {{/* True (non-empty) when the chart has to create its own Secret. */}}
 {{- define "ackgate.needsSecret" -}}
 {{- $v := .Values }}
-{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) (and $v.metricsToken.value (not $v.metricsToken.existingSecret)) (and $v.keyHashSecret.value (not $v.keyHashSecret.existingSecret)) }}true{{- end }}
+{{- if or (and $v.database.url (not $v.database.existingSecret)) (and $v.redis.url (not $v.redis.existingSecret)) (and $v.redis.sentinel.password (not $v.redis.sentinel.existingSecret)) (and $v.adminToken.value (not $v.adminToken.existingSecret)) (and $v.metricsToken.value (not $v.metricsToken.existingSecret)) (and $v.keyHashSecret.value (not $v.keyHashSecret.existingSecret)) (and $v.adminTokens.value (not $v.adminTokens.existingSecret)) (and $v.outboxKey.value (not $v.outboxKey.existingSecret)) (and $v.outboxOldKeys.value (not $v.outboxOldKeys.existingSecret)) }}true{{- end }}
 {{- end }}
 
 {{/*
@@ -148,8 +160,14 @@ nothing; fails the release with a message naming the value.
 {{- if not (include "ackgate.databaseRef" .) }}
 {{- fail "database: set database.url or database.existingSecret (the ledger's Postgres URL)" }}
 {{- end }}
-{{- if not (include "ackgate.adminTokenRef" .) }}
-{{- fail "adminToken: set adminToken.value or adminToken.existingSecret (the admin API's bearer token)" }}
+{{- if not (or (include "ackgate.adminTokenRef" .) (include "ackgate.adminTokensRef" .)) }}
+{{- fail "adminToken: set adminToken.value or adminToken.existingSecret (the admin API's bearer token), or adminTokens (named credentials)" }}
+{{- end }}
+{{- if and $v.serviceMonitor.enabled (not (include "ackgate.metricsTokenRef" .)) (not (include "ackgate.adminTokenRef" .)) }}
+{{- fail "serviceMonitor: needs metricsToken (or adminToken) for Prometheus to present" }}
+{{- end }}
+{{- if and (include "ackgate.outboxOldKeysRef" .) (not (include "ackgate.outboxKeyRef" .)) }}
+{{- fail "outboxOldKeys: set only with outboxKey: old keys open what the current key's predecessors sealed" }}
 {{- end }}
 {{- if and (eq $v.redis.mode "standalone") (not (include "ackgate.redisURLRef" .)) }}
 {{- fail "redis: standalone mode needs redis.url or redis.existingSecret" }}
@@ -164,6 +182,9 @@ nothing; fails the release with a message naming the value.
 {{- fail "httpRoute: name the Gateway to attach to in httpRoute.parentRefs" }}
 {{- end }}
 {{- $_ := include "ackgate.keyHashSecretRef" . }}
+{{- $_ := include "ackgate.adminTokensRef" . }}
+{{- $_ := include "ackgate.outboxKeyRef" . }}
+{{- $_ := include "ackgate.outboxOldKeysRef" . }}
 {{- if and $v.metricsToken.value (eq $v.metricsToken.value $v.adminToken.value) }}
 {{- fail "metricsToken: must differ from adminToken: it is meant for a scraper that may not read evidence" }}
 {{- end }}
@@ -179,7 +200,7 @@ nothing; fails the release with a message naming the value.
 {{- if and $v.autoscaling.enabled (gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) }}
 {{- fail "autoscaling: minReplicas is larger than maxReplicas" }}
 {{- end }}
-{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_LOG_FORMAT" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" "GATEWAY_CONSOLE_ENABLED" "GATEWAY_CONSOLE_SESSION_TTL" "GATEWAY_CONSOLE_ALLOW_HTTP" "GATEWAY_CONSOLE_TRACE_URL" "GATEWAY_MAX_IN_FLIGHT" "GATEWAY_MAX_BODY_BYTES_IN_FLIGHT" "GATEWAY_ADMISSION_WAIT" "GATEWAY_MEMORY_LIMIT" "GATEWAY_MEMORY_LIMIT_RATIO" "GATEWAY_FENCE_TTL" "GATEWAY_LANES_REFRESH" "GATEWAY_RECONCILE_POLL" "GATEWAY_PURGE_INTERVAL" "GATEWAY_PURGE_BATCH" "GATEWAY_RELAY_POLL" "GATEWAY_RELAY_CONCURRENCY" }}
+{{- $managed := list "GATEWAY_DATABASE_URL" "GATEWAY_REDIS_URL" "GATEWAY_REDIS_ADDRS" "GATEWAY_REDIS_MASTER_NAME" "GATEWAY_REDIS_SENTINEL_PASSWORD" "GATEWAY_REDIS_CLUSTER" "GATEWAY_ROUTES_FILE" "GATEWAY_LISTEN_ADDR" "GATEWAY_ADMIN_ADDR" "GATEWAY_ADMIN_TOKEN" "GATEWAY_ADMIN_TOKENS" "GATEWAY_METRICS_TOKEN" "GATEWAY_MAX_BODY_BYTES" "GATEWAY_READ_HEADER_TIMEOUT" "GATEWAY_READ_TIMEOUT" "GATEWAY_WRITE_TIMEOUT" "GATEWAY_IDLE_TIMEOUT" "GATEWAY_SHUTDOWN_TIMEOUT" "GATEWAY_LOG_LEVEL" "GATEWAY_LOG_FORMAT" "GATEWAY_INSTANCE_ID" "GATEWAY_OIDC_JWKS_URL" "GATEWAY_SNS_CONFIRMATION_MAX_AGE" "GATEWAY_MAX_CLOCK_SKEW" "GATEWAY_KEY_HASH_SECRET" "GATEWAY_OUTBOX_KEY" "GATEWAY_OUTBOX_OLD_KEYS" "GATEWAY_CONSOLE_ENABLED" "GATEWAY_CONSOLE_SESSION_TTL" "GATEWAY_CONSOLE_ALLOW_HTTP" "GATEWAY_CONSOLE_TRACE_URL" "GATEWAY_MAX_IN_FLIGHT" "GATEWAY_MAX_BODY_BYTES_IN_FLIGHT" "GATEWAY_ADMISSION_WAIT" "GATEWAY_MEMORY_LIMIT" "GATEWAY_MEMORY_LIMIT_RATIO" "GATEWAY_FENCE_TTL" "GATEWAY_LANES_REFRESH" "GATEWAY_RECONCILE_POLL" "GATEWAY_PURGE_INTERVAL" "GATEWAY_PURGE_BATCH" "GATEWAY_RELAY_POLL" "GATEWAY_RELAY_CONCURRENCY" }}
 {{- if $v.gateway.godebug }}
 {{- $managed = append $managed "GODEBUG" }}
 {{- end }}
