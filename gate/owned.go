@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -349,7 +350,7 @@ func (o *owned) applyLocal(ctx context.Context, p Plan) (Plan, error) {
 
 // outboxEntry is the message as a handoff route's relay needs it, without
 // the route's private attributes: the outbox keeps only what the effect
-// may see.
+// may see, and the private values of its data sealed (Private).
 func (o *owned) outboxEntry(now time.Time) *OutboxEntry {
 	m := *o.d.msg
 	m.Attributes = make(map[string]string, len(o.d.msg.Attributes))
@@ -359,8 +360,14 @@ func (o *owned) outboxEntry(now time.Time) *OutboxEntry {
 		}
 	}
 	m.Envelope, m.TraceParent, m.TraceState = nil, "", ""
+	var pointers []string
+	for _, p := range o.route().Private {
+		if strings.HasPrefix(p, "/") {
+			pointers = append(pointers, p)
+		}
+	}
 	return &OutboxEntry{OperationID: o.d.id.OperationID, Route: o.route().Name,
-		PublicationID: o.d.id.IdempotencyKey, Message: &m, CreatedAt: now, NextAttemptAt: now}
+		PublicationID: o.d.id.IdempotencyKey, Message: &m, CreatedAt: now, NextAttemptAt: now, Private: pointers}
 }
 
 // writer is who writes p: on the first write, this delivery claiming the

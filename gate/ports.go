@@ -317,6 +317,13 @@ type OutboxEntry struct {
 	NextAttemptAt time.Time `json:"next_attempt_at"`
 	// Passes counts the relay passes that took the entry up.
 	Passes int `json:"passes"`
+	// Private are the JSON pointers into the message's data whose values
+	// the outbox keeps sealed: the route's private values.
+	Private []string `json:"-"`
+	// Unopened says why the message, kept sealed, could not be opened (its
+	// key is no longer configured, say): the relay must not call the
+	// effect with what it has, and takes the entry up again later.
+	Unopened error `json:"-"`
 }
 
 // Answer records what delivery N of an operation was told, once it is

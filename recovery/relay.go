@@ -333,7 +333,20 @@ func (r *Relay) pass(ctx context.Context, e *gate.OutboxEntry) {
 	// meanwhile, within the pass's own deadline; the horizon covers it.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.horizon-relaySlack/2)
 	defer cancel()
-	res, err := r.relayer.Relay(pctx, rt, e)
+	var (
+		res *gate.Result
+		err error
+	)
+	if e.Unopened != nil {
+		// Its private values are sealed under a key this gateway does not
+		// hold: no call is made with what is left, and restoring the key
+		// (GATEWAY_OUTBOX_OLD_KEYS) lets a later pass deliver it.
+		err = e.Unopened
+		r.log.Error("relay cannot open an outbox entry's sealed values; it is taken up again later", "route", rt.Name,
+			"operation", e.OperationID, "err", err)
+	} else {
+		res, err = r.relayer.Relay(pctx, rt, e)
+	}
 	outcome := RelayError
 	var wait time.Duration
 	switch {
@@ -358,7 +371,7 @@ func (r *Relay) pass(ctx context.Context, e *gate.OutboxEntry) {
 	if res != nil {
 		res.Finish(pctx, r.log, true)
 	}
-	if err != nil && pctx.Err() == nil {
+	if err != nil && pctx.Err() == nil && e.Unopened == nil {
 		r.log.Warn("relay pass failed; the entry is taken up again later", "route", rt.Name,
 			"operation", e.OperationID, "err", err)
 	}

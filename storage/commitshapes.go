@@ -43,16 +43,26 @@ func (l *Ledger) handoff(ctx context.Context, c *gate.Change) error {
 	if !m.PublishTime.IsZero() {
 		published = &m.PublishTime
 	}
+	sealed, err := l.sealEntry(e)
+	if err != nil {
+		return err
+	}
+	var pointers []byte
+	if sealed.sealedWith != nil {
+		if pointers, err = json.Marshal(sealed.pointers); err != nil {
+			return fmt.Errorf("storage: handoff: %w", err)
+		}
+	}
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := l.writeIn(ctx, tx, c); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO outbox (operation_id, route, publication_id, broker, source, message_id,
-				publish_time, ordering_key, attributes, data, created_at, next_attempt_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+				publish_time, ordering_key, attributes, data, sealed_with, sealed_pointers, created_at, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 			ON CONFLICT (operation_id) DO NOTHING`,
 			e.OperationID, e.Route, e.PublicationID, m.Broker, m.Source, m.MessageID, published,
-			m.OrderingKey, attrs, nonNilBytes(m.Data), orNow(e.CreatedAt), orNow(e.NextAttemptAt))
+			m.OrderingKey, attrs, sealed.data, sealed.sealedWith, pointers, orNow(e.CreatedAt), orNow(e.NextAttemptAt))
 		return err
 	})
 	return translate("handoff", err)

@@ -27,12 +27,24 @@ import (
 type Ledger struct {
 	pool   *pgxpool.Pool
 	commit committer
+	// sealer keeps the outbox's private values sealed (sealing.go); nil
+	// when no route has any.
+	sealer Sealer
 }
 
 var _ gate.Ledger = (*Ledger)(nil)
 
+// LedgerOption adjusts a new Ledger.
+type LedgerOption func(*Ledger)
+
 // NewLedger uses pool for every call; the pool belongs to the caller.
-func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
+func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
+	l := &Ledger{pool: pool}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
 
 // Claim implements gate.Ledger. It costs a share of one statement and one
 // commit (write.go).

@@ -31,12 +31,12 @@ WHERE e.operation_id IN (
 	LIMIT $2
 	FOR UPDATE OF e2 SKIP LOCKED)
 RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
-	e.ordering_key, e.attributes, e.data, e.created_at, e.next_attempt_at, e.passes`,
+	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`,
 		routes, limit, horizon.Seconds())
 	if err != nil {
 		return nil, translate("claim outbox", err)
 	}
-	out, err := pgx.CollectRows(rows, scanOutboxEntry)
+	out, err := pgx.CollectRows(rows, l.scanOutboxEntry)
 	return out, translate("claim outbox", err)
 }
 
@@ -58,7 +58,7 @@ FROM (
 ) claimed
 WHERE e.operation_id = claimed.operation_id
 RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
-	e.ordering_key, e.attributes, e.data, e.created_at, e.next_attempt_at, e.passes`
+	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
 
 // ClaimOutboxEach takes up to want[route] due entries of each route in one
 // statement, holding each for horizon: a relay that keeps a limit per
@@ -80,23 +80,32 @@ func (l *Ledger) ClaimOutboxEach(ctx context.Context, want map[string]int, horiz
 	if err != nil {
 		return nil, translate("claim outbox", err)
 	}
-	out, err := pgx.CollectRows(rows, scanOutboxEntry)
+	out, err := pgx.CollectRows(rows, l.scanOutboxEntry)
 	return out, translate("claim outbox", err)
 }
 
-// scanOutboxEntry reads one claimed entry with its message.
-func scanOutboxEntry(r pgx.CollectableRow) (*gate.OutboxEntry, error) {
+// scanOutboxEntry reads one claimed entry with its message, its private
+// values opened. One that does not open is returned without its data and
+// with the reason (Unopened), for the relay to leave alone.
+func (l *Ledger) scanOutboxEntry(r pgx.CollectableRow) (*gate.OutboxEntry, error) {
 	var (
 		e         gate.OutboxEntry
 		m         gate.Message
 		published *time.Time
 		attrs     []byte
 		passes    int
+		sealed    sealedEntry
 	)
 	if err := r.Scan(&e.OperationID, &e.Route, &e.PublicationID, &m.Broker, &m.Source, &m.MessageID,
-		&published, &m.OrderingKey, &attrs, &m.Data, &e.CreatedAt, &e.NextAttemptAt, &passes); err != nil {
+		&published, &m.OrderingKey, &attrs, &sealed.data, &sealed.sealedWith, &sealed.pointers,
+		&e.CreatedAt, &e.NextAttemptAt, &passes); err != nil {
 		return nil, err
 	}
+	var err error
+	if m.Data, err = l.openEntry(e.OperationID, sealed); err != nil {
+		m.Data, e.Unopened = nil, err
+	}
+	e.Private = sealed.pointers
 	if published != nil {
 		m.PublishTime = *published
 	}

@@ -407,13 +407,19 @@ CREATE TABLE outbox (
     -- The route's private attributes are never here.
     attributes      jsonb,
     data            bytea,
+    -- The id of the key data's private values were sealed with, and their
+    -- JSON pointers ([]: the whole of data, which is not JSON); both NULL
+    -- when the route lists none and data is kept as the broker sent it.
+    sealed_with     text,
+    sealed_pointers jsonb,
     created_at      timestamptz NOT NULL,
     -- When a relay may take the entry up: pushed ahead by each pass that
     -- claims it, so replicas polling at once never share an entry.
     next_attempt_at timestamptz NOT NULL,
     passes          integer NOT NULL DEFAULT 0 CHECK (passes >= 0),
     delivered_at    timestamptz,
-    CHECK (delivered_at IS NULL OR (data IS NULL AND attributes IS NULL))
+    CHECK (delivered_at IS NULL OR (data IS NULL AND attributes IS NULL)),
+    CHECK ((sealed_with IS NULL) = (sealed_pointers IS NULL))
 );
 -- The relay's queue: entries not yet delivered, by when they are due.
 CREATE INDEX outbox_due ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
@@ -496,13 +502,13 @@ WITH c AS (
         @a1_started_at::timestamptz[], @d1_decision::text[], @d1_reason::text[], @handed_off::boolean[],
         @dead_reason::text[], @acked_decision::text[], @acked_reason::text[], @acked_anomaly::text[],
         @outbox_publication_id::text[], @outbox_ordering_key::text[], @outbox_attributes::jsonb[],
-        @outbox_data::bytea[])
+        @outbox_data::bytea[], @outbox_sealed_with::text[], @outbox_sealed_pointers::jsonb[])
         AS c(id, created_at, retain_until, publish_time, fingerprint_version, broker_attempt, route, tenant,
              key_source, key, scope_key, fingerprint, shape, dead_letter_policy, contract_version,
              idempotency_key, trace_id, span_id, broker, source, message_id, owner, lease_deadline, state,
              reason, a1_started_at, d1_decision, d1_reason, handed_off, dead_reason, acked_decision,
              acked_reason, acked_anomaly, outbox_publication_id, outbox_ordering_key, outbox_attributes,
-             outbox_data)
+             outbox_data, outbox_sealed_with, outbox_sealed_pointers)
 ), claimed AS (
     INSERT INTO operations AS o (created_at, retain_until, publish_time, fingerprint_version, broker_attempt,
         id, route, tenant, key_source, key, scope_key, fingerprint, shape, dead_letter_policy,
@@ -538,9 +544,10 @@ WITH c AS (
     WHERE cl.created AND c.dead_reason IS NOT NULL
 ), handed AS (
     INSERT INTO outbox (operation_id, route, publication_id, broker, source, message_id, publish_time,
-        ordering_key, attributes, data, created_at, next_attempt_at)
+        ordering_key, attributes, data, sealed_with, sealed_pointers, created_at, next_attempt_at)
     SELECT c.id, c.route, c.outbox_publication_id, c.broker, c.source, c.message_id, c.publish_time,
-        c.outbox_ordering_key, c.outbox_attributes, c.outbox_data, c.created_at, c.created_at
+        c.outbox_ordering_key, c.outbox_attributes, c.outbox_data, c.outbox_sealed_with, c.outbox_sealed_pointers,
+        c.created_at, c.created_at
     FROM claimed cl JOIN c ON c.id = cl.id
     WHERE cl.created AND c.outbox_publication_id IS NOT NULL
 )

@@ -244,18 +244,23 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(batch[a].id, batch[b].id) })
 	}
 	b := &pgx.Batch{}
+	args, pos := claimArgs{}, map[string]int{}
 	if len(claims) > 0 {
 		byID(claims)
-		args := claimArgs{}
+		var queued []int
 		for _, i := range claims {
-			if err := args.add(batch[i].change); err != nil {
+			if err := args.add(l, batch[i].change); err != nil {
 				results[i].err = err
+				continue
 			}
+			queued = append(queued, i)
 		}
-		pos := map[string]int{}
-		for _, i := range claims {
+		for _, i := range queued {
 			pos[batch[i].id] = i
 		}
+		claims = queued
+	}
+	if len(claims) > 0 {
 		b.Queue(claimSQL, args.named()).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
@@ -418,11 +423,35 @@ type claimArgs struct {
 	fingerprintVersion, brokerAttempt                                                 []int
 	handedOff                                                                         []bool
 	deadReason, outboxPublicationID                                                   []*string
-	outboxAttributes                                                                  [][]byte
+	outboxAttributes, outboxSealedPointers                                            [][]byte
 	outboxData                                                                        [][]byte
+	outboxSealedWith                                                                  []*string
 }
 
-func (a *claimArgs) add(c *gate.Change) error {
+func (a *claimArgs) add(l *Ledger, c *gate.Change) error {
+	// What can fail comes first, so that a refused claim adds nothing.
+	var (
+		pub, ordering   string
+		attrs, pointers []byte
+		sealed          sealedEntry
+		hasOutbox       = c.Outbox != nil
+	)
+	if hasOutbox {
+		m := c.Outbox.Message
+		pub, ordering = c.Outbox.PublicationID, m.OrderingKey
+		var err error
+		if attrs, err = json.Marshal(m.Attributes); err != nil {
+			return fmt.Errorf("storage: claim: outbox attributes: %w", err)
+		}
+		if sealed, err = l.sealEntry(c.Outbox); err != nil {
+			return err
+		}
+		if sealed.sealedWith != nil {
+			if pointers, err = json.Marshal(sealed.pointers); err != nil {
+				return fmt.Errorf("storage: claim: outbox pointers: %w", err)
+			}
+		}
+	}
 	r, d, at := c.Claim.Row, c.Claim.Delivery, micro(orNow(c.At))
 	a.id = append(a.id, r.ID)
 	a.route = append(a.route, r.Route)
@@ -469,23 +498,12 @@ func (a *claimArgs) add(c *gate.Change) error {
 		dead = &c.DeadLetter.Reason
 	}
 	a.deadReason = append(a.deadReason, dead)
-	var (
-		pub, ordering string
-		attrs, data   []byte
-		hasOutbox     = c.Outbox != nil
-	)
-	if hasOutbox {
-		m := c.Outbox.Message
-		pub, ordering, data = c.Outbox.PublicationID, m.OrderingKey, nonNilBytes(m.Data)
-		var err error
-		if attrs, err = json.Marshal(m.Attributes); err != nil {
-			return fmt.Errorf("storage: claim: outbox attributes: %w", err)
-		}
-	}
 	a.outboxPublicationID = append(a.outboxPublicationID, textOrNull(pub, hasOutbox))
 	a.outboxOrderingKey = append(a.outboxOrderingKey, ordering)
 	a.outboxAttributes = append(a.outboxAttributes, attrs)
-	a.outboxData = append(a.outboxData, data)
+	a.outboxData = append(a.outboxData, sealed.data)
+	a.outboxSealedWith = append(a.outboxSealedWith, sealed.sealedWith)
+	a.outboxSealedPointers = append(a.outboxSealedPointers, pointers)
 	return nil
 }
 
@@ -503,6 +521,7 @@ func (a *claimArgs) named() pgx.StrictNamedArgs {
 		"acked_reason": a.ackedReason, "acked_anomaly": a.ackedAnomaly,
 		"outbox_publication_id": a.outboxPublicationID, "outbox_ordering_key": a.outboxOrderingKey,
 		"outbox_attributes": a.outboxAttributes, "outbox_data": a.outboxData,
+		"outbox_sealed_with": a.outboxSealedWith, "outbox_sealed_pointers": a.outboxSealedPointers,
 	}
 }
 

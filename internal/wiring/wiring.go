@@ -146,6 +146,13 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if err := s.CheckKeyHashSecret(o.Routes); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
+	if err := s.CheckOutboxKey(o.Routes); err != nil {
+		return nil, err
+	}
+	ring, err := s.OutboxKeyring()
+	if err != nil {
+		return nil, err
+	}
 	if err := s.CheckFenceTTL(o.Routes); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
@@ -199,7 +206,11 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
 	tel.Metrics.Routes(o.Routes)
-	g.Ledger = storage.NewLedger(g.Pool)
+	var ledgerOpts []storage.LedgerOption
+	if ring != nil {
+		ledgerOpts = append(ledgerOpts, storage.SealOutbox(ring))
+	}
+	g.Ledger = storage.NewLedger(g.Pool, ledgerOpts...)
 	g.Subscriptions = storage.NewSubscriptions(g.Pool)
 	g.Poison = storage.NewPoisonLog(g.Pool, 0)
 	g.Reservations = storage.NewReservations(g.Redis, storage.WithFenceTTL(s.FenceTTL))

@@ -398,13 +398,19 @@ CREATE TABLE outbox (
     -- The route's private attributes are never here.
     attributes      jsonb,
     data            bytea,
+    -- The id of the key data's private values were sealed with, and their
+    -- JSON pointers ([]: the whole of data, which is not JSON); both NULL
+    -- when the route lists none and data is kept as the broker sent it.
+    sealed_with     text,
+    sealed_pointers jsonb,
     created_at      timestamptz NOT NULL,
     -- When a relay may take the entry up: pushed ahead by each pass that
     -- claims it, so replicas polling at once never share an entry.
     next_attempt_at timestamptz NOT NULL,
     passes          integer NOT NULL DEFAULT 0 CHECK (passes >= 0),
     delivered_at    timestamptz,
-    CHECK (delivered_at IS NULL OR (data IS NULL AND attributes IS NULL))
+    CHECK (delivered_at IS NULL OR (data IS NULL AND attributes IS NULL)),
+    CHECK ((sealed_with IS NULL) = (sealed_pointers IS NULL))
 );
 -- The relay's queue: entries not yet delivered, by when they are due.
 CREATE INDEX outbox_due ON outbox (next_attempt_at) WHERE delivered_at IS NULL;
