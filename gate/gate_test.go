@@ -654,3 +654,34 @@ func TestRenewalHoldsNoGoroutineOfItsOwn(t *testing.T) {
 		t.Fatalf("no renewal while the call ran (%d store calls before, %d after): the test proves nothing", renewedBefore, renewedAfter)
 	}
 }
+
+// No call is made without the reservation store's lease: a store that
+// cannot take it makes the delivery a nack, with the attempt the creation
+// recorded ended as not made, so that the next delivery makes it (on an
+// unsafe route too, which would otherwise have to park an attempt of
+// unknown outcome). The outage costs one attempt, not one per redelivery.
+func TestNoCallWithoutTheReservation(t *testing.T) {
+	t.Parallel()
+	for _, shape := range []gate.Shape{gate.ShapeIdempotent, gate.ShapeUnsafe} {
+		r := newRig(t, shape, gate.DeadLetterGateway)
+		m := r.msg("m-1", "x")
+		r.leases.Fail = errors.New("dial tcp: connection refused")
+		for range 3 {
+			res := r.push(m, true)
+			if res.Decision != gate.Nack || r.fx.Calls() != 0 {
+				t.Fatalf("%s: %s (%s) with %d calls while the store is down", shape, res.Decision, res.Reason, r.fx.Calls())
+			}
+			r.ownerDied()
+		}
+		s := r.snapshot(m)
+		if s.Op.State != gate.StatePendingEffect || s.Op.AttemptCount != 1 || len(s.Attempts) != 1 ||
+			s.Attempts[0].Outcome != gate.OutcomeRetryable || !strings.Contains(s.Attempts[0].Reason, "not called") {
+			t.Fatalf("%s: %+v, attempts %+v", shape, s.Op, s.Attempts)
+		}
+		r.leases.Fail = nil
+		want(t, r.push(m, true), gate.Ack, gate.StateAckPending)
+		if r.fx.Calls() != 1 || r.fx.Applied(r.key(m)) != 1 {
+			t.Fatalf("%s: %d calls, %d applied", shape, r.fx.Calls(), r.fx.Applied(r.key(m)))
+		}
+	}
+}

@@ -111,7 +111,9 @@ func (o *owned) createLocal(ctx context.Context, fresh Plan) (*Operation, *Resul
 func (o *owned) created(ctx context.Context, fresh Plan) (*Result, error) {
 	switch fresh.Action {
 	case ActAttempt:
-		o.take(ctx)
+		if err := o.take(ctx); err != nil {
+			return o.run(ctx, AfterAttempt(o.evidence(), o.notCalled(err)))
+		}
 		return o.run(ctx, AfterAttempt(o.evidence(), o.attempt(ctx)))
 	case ActApplyLocal:
 		// The statement commits with its evidence or not at all, inside
@@ -127,11 +129,12 @@ func (o *owned) created(ctx context.Context, fresh Plan) (*Result, error) {
 }
 
 // take puts the lease of a delivery that created its operation into the
-// reservation store, under the fence the ledger gave it. If the store
-// refuses or fails, the call goes ahead on the lease the ledger records,
-// which holds other deliveries off until it runs out (LeaseRecorded), and
-// the call is cut short there (callDeadline); the lease counts as lost.
-func (o *owned) take(ctx context.Context) {
+// reservation store, under the fence the ledger gave it. No call is made
+// without it: the store's lease is what renewals extend and what another
+// delivery's takeover meets, and a store that cannot be reached (the
+// gateway answers /readyz 503 meanwhile) is a nack, as it is for a
+// delivery that finds its operation.
+func (o *owned) take(ctx context.Context) error {
 	rctx, s := o.g.startSpan(ctx, "reserve")
 	if s.IsRecording() {
 		s.SetAttributes(attribute.String("ackgate.operation.id", o.op.ID), attribute.Int64("ackgate.fence", o.lease.Fence))
@@ -139,11 +142,24 @@ func (o *owned) take(ctx context.Context) {
 	l, err := o.g.Reservations.Take(rctx, o.lease, leaseTTL(o.route()))
 	endSpan(s, err)
 	if err != nil {
-		lost := o.g.Now()
-		o.leaseLost = &lost
-		return
+		return err
 	}
 	o.lease, o.taken = l, true
+	return nil
+}
+
+// notCalled ends the attempt the creating claim recorded without a call,
+// for take's failure err: as a retryable result, so that a later delivery
+// may make it, and an unsafe route's operation knows none was made.
+func (o *owned) notCalled(err error) EffectResult {
+	er := EffectResult{Outcome: OutcomeRetryable, Reason: "not called: the reservation store did not take the lease: " + err.Error()}
+	now := o.g.Now()
+	o.finished = &Attempt{
+		N: o.op.AttemptCount, Kind: AttemptEffect, IdempotencyKey: o.op.IdempotencyKey,
+		Fence: o.lease.Fence, ContractVersion: o.route().ContractVersion, StartedAt: o.op.LastAttempt.StartedAt,
+		FinishedAt: &now, Outcome: er.Outcome, Reason: bound(er.Reason),
+	}
+	return er
 }
 
 // run executes plans until one has an answer: it looks up, writes and calls
