@@ -203,8 +203,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("interventions on the page:\n%s", iv)
 	}
 
-	// The ledger changed: the state, and a manual_interventions row naming
-	// who did it and why.
+	// The ledger changed: the state, and an interventions row naming who
+	// did it and why.
 	rec := e.record(lost)
 	if rec.Operation.State != gate.StateEffectConfirmed || rec.Operation.ResultID != "prov-991" {
 		t.Fatalf("after the resolution: %s, result %q", rec.Operation.State, rec.Operation.ResultID)
@@ -212,9 +212,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	var actor, kind, reason, resultID string
 	var n int
 	err := e.gw.Pool.QueryRow(context.Background(), `SELECT count(*) OVER (), actor, kind, reason, result_id
-		FROM manual_interventions WHERE operation_id = $1`, lost).Scan(&n, &actor, &kind, &reason, &resultID)
+		FROM interventions WHERE operation_id = $1`, lost).Scan(&n, &actor, &kind, &reason, &resultID)
 	if err != nil || n != 1 || actor != "console:alice" || kind != "happened" || resultID != "prov-991" ||
 		reason != "provider dashboard shows charge prov-991" {
-		t.Fatalf("manual_interventions: %v: %d %q %q %q %q", err, n, actor, kind, reason, resultID)
+		t.Fatalf("interventions: %v: %d %q %q %q %q", err, n, actor, kind, reason, resultID)
 	}
 }

@@ -270,6 +270,7 @@ func measureBudget(t *testing.T) (budget, bool) {
 			t.Fatal(err)
 		}
 		cfg.MaxConns = 1
+		storage.PlanAsLookups(cfg.ConnConfig.RuntimeParams) // as the gateway's own sessions plan
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 		cfg.ConnConfig.Tracer = &statements
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }

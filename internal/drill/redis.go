@@ -180,6 +180,10 @@ func (c *RedisCluster) clusterState(ctx context.Context) (state string, primarie
 	return "", nil, errors.New("no cluster node answers")
 }
 
+// waitHealthy waits until every running node says cluster_state ok and
+// primaries primaries serve slots. Each node decides its cluster_state on
+// its own, from the gossip it has received: one node's ok does not stop
+// another from answering CLUSTERDOWN for a while.
 func (c *RedisCluster) waitHealthy(ctx context.Context, primaries int) error {
 	return waitFor(ctx, "redis cluster ok", 60*time.Second, func() error {
 		state, p, err := c.clusterState(ctx)
@@ -188,6 +192,20 @@ func (c *RedisCluster) waitHealthy(ctx context.Context, primaries int) error {
 		}
 		if state != "ok" || len(p) != primaries {
 			return fmt.Errorf("cluster_state %s with %d primaries serving slots", state, len(p))
+		}
+		for _, n := range c.nodes {
+			if !n.proc.running() {
+				continue
+			}
+			cl := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1})
+			info, err := cl.ClusterInfo(ctx).Result()
+			cl.Close()
+			if err != nil {
+				return fmt.Errorf("node %s: %w", n.addr(), err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("node %s does not see the cluster ok yet", n.addr())
+			}
 		}
 		return nil
 	})
