@@ -198,7 +198,9 @@ func (a *adminClient) deadLetters(ctx context.Context) ([]adminDeadLetter, error
 // A 409 (the operation moved on meanwhile) is not an error.
 func (a *adminClient) resolve(ctx context.Context, id, kind, resultID, reason string) (bool, error) {
 	path := "/v1/operations/" + url.PathEscape(id) + "/resolve"
-	body := map[string]string{"kind": kind, "reason": reason, "actor": operatorActor}
+	// The actor is the credential the request carries; the note says
+	// which of the soak's hands it was.
+	body := map[string]string{"kind": kind, "reason": reason, "note": operatorNote}
 	if kind == "replay" {
 		path = "/v1/operations/" + url.PathEscape(id) + "/replay"
 		delete(body, "kind")

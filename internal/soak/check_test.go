@@ -76,9 +76,9 @@ func healthy() Inputs {
 	}
 	set("op3", &OpLanes{IndeterminateExits: 1, LookupFound: true, EffectAttempts: 1})
 	set("op7", &OpLanes{IndeterminateExits: 1, EffectAttempts: 1, Interventions: []LaneAction{
-		{Kind: "happened", Actor: operatorActor, From: "effect_indeterminate", To: "effect_confirmed"}}})
+		{Kind: "happened", Actor: "api:admin", From: "effect_indeterminate", To: "effect_confirmed"}}})
 	set("op5", &OpLanes{EffectAttempts: 2, Interventions: []LaneAction{
-		{Kind: "replay", Actor: operatorActor, From: "terminal_failure", To: "pending_effect"}}})
+		{Kind: "replay", Actor: "api:admin", From: "terminal_failure", To: "pending_effect"}}})
 	set("oh1", &OpLanes{LookupFound: true, EffectAttempts: 1})
 	return in
 }

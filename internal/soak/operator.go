@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// operatorActor is who the soak's operator says it is in each intervention.
-const operatorActor = "soak-operator"
+// operatorNote is kept with each of the soak operator's interventions.
+const operatorNote = "soak operator"
 
 // OperatorAction is one resolution or replay the admin API applied (200).
 type OperatorAction struct {
