@@ -143,14 +143,16 @@ func TestRowIsTheChangeStatement(t *testing.T) {
 }
 
 // applyVia writes c through sql alone and returns its answer.
-func applyVia(t *testing.T, ctx context.Context, q querier, sql string, named func(*changeArgs) pgx.StrictNamedArgs,
+func applyVia(t *testing.T, ctx context.Context, q querier, sql positional, named func(*changeArgs) pgx.StrictNamedArgs,
 	c *gate.Change) error {
 	t.Helper()
 	args := changeArgs{}
 	args.add(0, c)
 	results := make([]jobResult, 1)
 	b := &pgx.Batch{}
-	queueChanges(b, sql, named(&args), []int{0}, results)
+	if err := queueChanges(b, sql, named(&args), []int{0}, results); err != nil {
+		t.Fatal(err)
+	}
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		t.Fatalf("%s: %v", c.Kind, err)
 	}

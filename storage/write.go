@@ -261,7 +261,11 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		claims = queued
 	}
 	if len(claims) > 0 {
-		b.Queue(claimSQL, args.named()).Query(func(rows pgx.Rows) error {
+		bound, err := claimSQL.bind(args.named())
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(claimSQL.sql, bound...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
 					created bool
@@ -298,7 +302,7 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		}
 	}
 	for _, part := range []struct {
-		sql   string
+		sql   positional
 		idx   []int
 		named func(*changeArgs) pgx.StrictNamedArgs
 	}{{rowSQL, rows, (*changeArgs).rowNamed}, {changeSQL, others, (*changeArgs).named}} {
@@ -310,7 +314,9 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		for k, i := range part.idx {
 			args.add(k, batch[i].change)
 		}
-		queueChanges(b, part.sql, part.named(&args), part.idx, results)
+		if err := queueChanges(b, part.sql, part.named(&args), part.idx, results); err != nil {
+			return nil, err
+		}
 	}
 	if len(answers) > 0 {
 		byID(answers)
@@ -318,7 +324,11 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		for _, i := range answers {
 			args.add(batch[i].id, batch[i].answer)
 		}
-		b.Queue(answerSQL, args.named())
+		bound, err := answerSQL.bind(args.named())
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(answerSQL.sql, bound...)
 	}
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
@@ -328,8 +338,12 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 
 // queueChanges queues one change statement (sql, with args) whose answers,
 // one row per change in order, are the errors of results[idx[k]].
-func queueChanges(b *pgx.Batch, sql string, args pgx.StrictNamedArgs, idx []int, results []jobResult) {
-	b.Queue(sql, args).Query(func(rows pgx.Rows) error {
+func queueChanges(b *pgx.Batch, q positional, args pgx.StrictNamedArgs, idx []int, results []jobResult) error {
+	bound, err := q.bind(args)
+	if err != nil {
+		return err
+	}
+	b.Queue(q.sql, bound...).Query(func(rows pgx.Rows) error {
 		k := 0
 		for rows.Next() {
 			var answer string
@@ -349,6 +363,7 @@ func queueChanges(b *pgx.Batch, sql string, args pgx.StrictNamedArgs, idx []int,
 		}
 		return nil
 	})
+	return nil
 }
 
 // rolledBack says whether err is the server's own refusal of a statement,
