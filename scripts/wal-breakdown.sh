@@ -33,7 +33,7 @@ psql_admin -d postgres -tAc "SELECT 1 FROM pg_create_physical_replication_slot('
 out=$(mktemp)
 trap 'rm -f "$out"; psql_admin -d postgres -tAc "SELECT pg_drop_replication_slot('"'"'$slot'"'"')" >/dev/null' EXIT
 start=$(psql_admin -d postgres -tAc 'SELECT pg_current_wal_lsn()')
-bin/loadgen -gateway-bin bin/gateway -systems op,ackgate -n "$N" -n1 0 -mem-n 0 -keep-db -quiet >"$out" 2>&1 ||
+bin/loadgen -gateway-bin bin/gateway -systems op,ackgate -n "$N" -n1 0 -mem-n 0 -handoff-n 0 -keep-db -quiet >"$out" 2>&1 ||
 	{ cat "$out" >&2; exit 1; }
 end=$(psql_admin -d postgres -tAc 'SELECT pg_current_wal_lsn()')
 db=$(grep -o 'ackgate_loadgen_[0-9a-f]*' "$out" | head -1)

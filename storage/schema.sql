@@ -14,6 +14,8 @@
 -- resets, operators' interventions, every dead-lettering. Triggers guard
 -- the row against other writers; their WHEN clauses compare OLD and NEW
 -- only, so on a legal write no trigger function runs and no query is made.
+-- The guards of updates run AFTER the write: Postgres locks a row (and logs
+-- the lock) before any BEFORE UPDATE row trigger, whatever its WHEN says.
 
 -- The nine evidence states (gate/state.go).
 CREATE DOMAIN ackgate_state AS text
@@ -155,7 +157,7 @@ CREATE TRIGGER operations_begin BEFORE INSERT ON operations FOR EACH ROW
 -- guard below, the trigger fires only for a statement that sets one of its
 -- columns: the ledger's own statements never set these, so they do not pay
 -- for the check, and any other writer that does is checked.
-CREATE TRIGGER operations_identity_fixed BEFORE UPDATE OF seq, id, created_at, route, tenant, key_source, key,
+CREATE TRIGGER operations_identity_fixed AFTER UPDATE OF seq, id, created_at, route, tenant, key_source, key,
         scope_key, fingerprint, fingerprint_version, conflict_of, shape, idempotency_key, trace_id, broker, source,
         message_id, broker_attempt, publish_time ON operations FOR EACH ROW
     WHEN ((NEW.seq, NEW.id, NEW.created_at, NEW.route, NEW.tenant, NEW.key_source, NEW.key, NEW.scope_key,
@@ -169,7 +171,7 @@ CREATE TRIGGER operations_identity_fixed BEFORE UPDATE OF seq, id, created_at, r
 
 -- A fence only rises, and a new owner is a change off the common path,
 -- which the log keeps.
-CREATE TRIGGER operations_fence_rises BEFORE UPDATE OF fence, log_count, delivery_count, attempt_count
+CREATE TRIGGER operations_fence_rises AFTER UPDATE OF fence, log_count, delivery_count, attempt_count
         ON operations FOR EACH ROW
     WHEN (NEW.fence < OLD.fence OR (NEW.fence <> OLD.fence AND NEW.log_count = 0)
           OR NEW.log_count < OLD.log_count OR NEW.delivery_count < OLD.delivery_count
@@ -178,7 +180,7 @@ CREATE TRIGGER operations_fence_rises BEFORE UPDATE OF fence, log_count, deliver
 
 -- Evidence, the ack, the first delivery's answer and the first attempt's
 -- end are each written once.
-CREATE TRIGGER operations_history_kept BEFORE UPDATE ON operations FOR EACH ROW
+CREATE TRIGGER operations_history_kept AFTER UPDATE ON operations FOR EACH ROW
     WHEN ((OLD.evidence_at IS NOT NULL AND (NEW.evidence_at, NEW.result_id) IS DISTINCT FROM (OLD.evidence_at, OLD.result_id))
           OR (OLD.acked_at IS NOT NULL AND NEW.acked_at IS DISTINCT FROM OLD.acked_at)
           OR (OLD.d1_decision <> '' AND (NEW.d1_decision, NEW.d1_reason, NEW.d1_anomaly)
@@ -196,7 +198,7 @@ CREATE TRIGGER operations_history_kept BEFORE UPDATE ON operations FOR EACH ROW
 -- to acknowledged through ack_pending from effect_confirmed, recording the
 -- ack, or from effect_indeterminate (a handed-off operation a lookup
 -- settled), recording both.
-CREATE TRIGGER operations_transitions_follow_the_table BEFORE UPDATE OF state ON operations FOR EACH ROW
+CREATE TRIGGER operations_transitions_follow_the_table AFTER UPDATE OF state ON operations FOR EACH ROW
     WHEN (NEW.state <> OLD.state AND NOT (
         (OLD.state, NEW.state) IN (
             ('received', 'reserved'), ('received', 'conflicting'), ('received', 'terminal_failure'),
@@ -219,7 +221,7 @@ CREATE TRIGGER operations_transitions_follow_the_table BEFORE UPDATE OF state ON
 -- Without a log an operation moves only along the common path (its
 -- evidence, then its ack); any other move, and every move of an operation
 -- that has a log, appends to the log in the same statement.
-CREATE TRIGGER operations_state_moves_with_its_log BEFORE UPDATE OF state ON operations FOR EACH ROW
+CREATE TRIGGER operations_state_moves_with_its_log AFTER UPDATE OF state ON operations FOR EACH ROW
     WHEN (NEW.state <> OLD.state AND NEW.log_count = OLD.log_count AND NOT (OLD.log_count = 0 AND (
         (OLD.state = 'pending_effect' AND NEW.state = 'ack_pending')
         OR (OLD.state = 'ack_pending' AND NEW.state = 'acknowledged'))))
@@ -264,7 +266,7 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_message_id ON deliveries (message_id);
 
-CREATE TRIGGER deliveries_answered_once BEFORE UPDATE ON deliveries FOR EACH ROW
+CREATE TRIGGER deliveries_answered_once AFTER UPDATE ON deliveries FOR EACH ROW
     WHEN ((NEW.operation_id, NEW.n, NEW.broker, NEW.source, NEW.message_id, NEW.broker_attempt,
            NEW.received_at, NEW.publish_time, NEW.trace_id, NEW.found)
           IS DISTINCT FROM
@@ -292,7 +294,7 @@ CREATE TABLE attempts (
     CONSTRAINT finished_attempts_have_outcome CHECK ((finished_at IS NULL) = (outcome = ''))
 );
 
-CREATE TRIGGER attempts_finished_once BEFORE UPDATE ON attempts FOR EACH ROW
+CREATE TRIGGER attempts_finished_once AFTER UPDATE ON attempts FOR EACH ROW
     WHEN ((NEW.operation_id, NEW.n, NEW.kind, NEW.fence, NEW.contract_version, NEW.started_at)
           IS DISTINCT FROM (OLD.operation_id, OLD.n, OLD.kind, OLD.fence, OLD.contract_version, OLD.started_at)
           OR OLD.finished_at IS NOT NULL)

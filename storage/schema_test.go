@@ -392,9 +392,11 @@ func TestLedgerRefusesRawSQL(t *testing.T) {
 		{"a further delivery rewritten", `UPDATE deliveries SET source = 'other' WHERE operation_id = 'op_raw-redelivered'`, "AG003"},
 		{"a move off the common path without its log", `UPDATE operations SET state = 'terminal_failure', waiting = 'terminal_failure'
 			WHERE id = 'op_raw'`, "AG004"},
+		// The row's constraints are checked before the guards that run
+		// after the write, so this one is refused by its constraint.
 		{"a conflict record moving on", `UPDATE operations SET state = 'terminal_failure', waiting = 'terminal_failure',
-			log_count = log_count + 1 WHERE id = 'op_raw-conflict'`, "AG001"},
-		{"a counter going down", `UPDATE operations SET delivery_count = 0 WHERE id = 'op_raw-redelivered'`, "AG002"},
+			log_count = log_count + 1 WHERE id = 'op_raw-conflict'`, "23514"},
+		{"a counter going down", `UPDATE operations SET delivery_count = delivery_count - 1 WHERE id = 'op_raw-redelivered'`, "AG002"},
 		{"a record born past its first step", `INSERT INTO operations (created_at, retain_until, fingerprint_version, id, route,
 			tenant, key_source, key, scope_key, fingerprint, shape, dead_letter_policy, contract_version, idempotency_key,
 			broker, source, message_id, fence, state, updated_at, evidence_at, result_id)
