@@ -3,9 +3,76 @@ package handlers_test
 import (
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
+
+// adminMetrics is the gateway's /metrics as its admin listener serves it.
+func (e *env) adminMetrics() string {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.admin.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// Issue 21, item 1: a gateway just started exports every route's counters
+// at 0, so that the first failure is an increase() an alert can see rather
+// than a series appearing from nothing.
+func TestRouteCountersAreZeroBeforeAnyDelivery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, routeYAML("orders", "idempotent", "broker", "")+routeYAML("mail", "unsafe", "broker", ""))
+	text := e.adminMetrics()
+	for _, route := range []string{"orders", "mail"} {
+		for _, c := range []struct {
+			name   string
+			labels map[string]string
+		}{
+			{"ackgate_deliveries_total", map[string]string{"decision": "ack"}},
+			{"ackgate_deliveries_total", map[string]string{"decision": "nack"}},
+			{"ackgate_responses_total", map[string]string{"status": "503"}},
+			{"ackgate_transitions_total", map[string]string{"from": "pending_effect", "to": "effect_indeterminate"}},
+			{"ackgate_reservation_contended_total", nil},
+		} {
+			labels := map[string]string{"route": route}
+			for k, v := range c.labels {
+				labels[k] = v
+			}
+			if !hasSeries(text, c.name, labels) {
+				t.Errorf("no %s%v before the first delivery", c.name, labels)
+			} else if v := metricValue(t, text, c.name, labels); v != 0 {
+				t.Errorf("%s%v = %v before the first delivery", c.name, labels, v)
+			}
+		}
+	}
+}
+
+// hasSeries reports whether text has a sample of name with all of labels.
+func hasSeries(text, name string, labels map[string]string) bool {
+next:
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		for k, v := range labels {
+			if !strings.Contains(line, k+"="+strconv.Quote(v)) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
 
 // Issue 21, item 1, through the whole gateway: a downstream that takes
 // 30 ms is measured by the gate, recorded in seconds and exported with
@@ -21,15 +88,7 @@ func TestThirtyMillisecondDownstreamCallLandsInItsBucket(t *testing.T) {
 	})
 	wantStatus(t, e.push("orders", msg{ID: "slow-1", Data: "a"}), http.StatusNoContent)
 
-	req, _ := http.NewRequest(http.MethodGet, e.admin.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	text := string(b)
+	text := e.adminMetrics()
 	series := map[string]string{"route": "orders", "outcome": "confirmed"}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{k: v}
