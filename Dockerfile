@@ -8,13 +8,17 @@
 #   docker build --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
 #       -t REGISTRY/ackgate:0.1.0 .
 #
-# The base images are named by tag here, since the tag is what a reader and
-# an update bot can follow. A release build pins both to the digest the tag
-# points to at that moment, so that the image it produces can be rebuilt bit
-# for bit: it resolves them (docker buildx imagetools inspect golang:1.26,
-# ... gcr.io/distroless/static-debian12:nonroot) and passes them as
-# GO_IMAGE=golang:1.26@sha256:... and RUNTIME_IMAGE=...@sha256:... build
-# arguments, which replace the defaults below.
+# Pin by digest: the defaults below name the base images by tag only, so
+# that a reader and an update bot can follow them, and a build from them is
+# not reproducible. A release build resolves each tag to the digest it
+# points to at that moment (docker buildx imagetools inspect golang:1.26,
+# likewise gcr.io/distroless/static-debian12:nonroot) and passes both:
+#
+#   --build-arg GO_IMAGE=golang:1.26@sha256:<digest> \
+#   --build-arg RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:<digest>
+#
+# The image's org.opencontainers.image.base.name label records the
+# RUNTIME_IMAGE it was given, digest included.
 #
 # charts/chart_test.go checks this file's essentials (stages, static build
 # flags, non-root user, ports, entrypoint) on every `go test ./...`.
@@ -48,6 +52,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # distroless/static: CA certificates, tzdata and /etc/passwd, no shell, no
 # package manager. The :nonroot variant's user is uid 65532.
 FROM ${RUNTIME_IMAGE}
+ARG RUNTIME_IMAGE
 ARG VERSION=dev
 ARG REVISION=unknown
 # OCI image annotations, read by registries and scanners.
@@ -58,7 +63,7 @@ LABEL org.opencontainers.image.title="ackgate" \
       org.opencontainers.image.documentation="https://github.com/ackgate/ackgate/blob/main/docs/deploy.md" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 COPY --from=build /out/gateway /gateway
 # Numeric, so that Kubernetes can verify runAsNonRoot without reading the
 # image's /etc/passwd (it refuses a non-numeric user under runAsNonRoot

@@ -251,12 +251,15 @@ func TestDockerfile(t *testing.T) {
 		"org.opencontainers.image.source":   "https://github.com/ackgate/ackgate",
 		"org.opencontainers.image.version":  "${VERSION}",
 		"org.opencontainers.image.revision": "${REVISION}",
+		// The base the image was built on, as passed: with a digest when
+		// a release build pinned one, so a scanner knows exactly what it is.
+		"org.opencontainers.image.base.name": "${RUNTIME_IMAGE}",
 	} {
 		if labels[k] != want {
 			t.Errorf("LABEL %s=%q, want %q", k, labels[k], want)
 		}
 	}
-	for _, arg := range []string{"VERSION", "REVISION"} {
+	for _, arg := range []string{"VERSION", "REVISION", "RUNTIME_IMAGE"} {
 		if !slices.ContainsFunc(final.body, func(in instruction) bool { return in.cmd == "ARG" && strings.HasPrefix(in.args, arg) }) {
 			t.Errorf("the final stage declares no ARG %s for its labels", arg)
 		}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
 	"github.com/ackgate/ackgate/config"
 	"github.com/ackgate/ackgate/gate"
 )
@@ -260,6 +263,7 @@ func TestRedisOptions(t *testing.T) {
 	if len(o.Addrs) != 1 || o.Addrs[0] != "127.0.0.1:6379" || o.DB != 0 || o.MasterName != "" || o.IsClusterMode {
 		t.Errorf("standalone: %+v", o)
 	}
+	quiet(t, "standalone", o)
 
 	o, err = load(map[string]string{
 		"GATEWAY_REDIS_URL":               "rediss://user:pw@ignored:6379/2",
@@ -274,6 +278,7 @@ func TestRedisOptions(t *testing.T) {
 		o.SentinelPassword != "spw" || o.DB != 2 || o.TLSConfig == nil {
 		t.Errorf("sentinel: %+v", o)
 	}
+	quiet(t, "sentinel", o)
 
 	o, err = load(map[string]string{"GATEWAY_REDIS_ADDRS": "c1:7000", "GATEWAY_REDIS_CLUSTER": "true"}).RedisOptions()
 	if err != nil {
@@ -281,6 +286,24 @@ func TestRedisOptions(t *testing.T) {
 	}
 	if !o.IsClusterMode || len(o.Addrs) != 1 || o.Addrs[0] != "c1:7000" {
 		t.Errorf("cluster: %+v", o)
+	}
+	quiet(t, "cluster", o)
+	if co := o.Cluster(); co.MaintNotificationsConfig == nil || co.MaintNotificationsConfig.Mode != maintnotifications.ModeDisabled {
+		t.Errorf("cluster: the cluster client's options lost the disabled maintenance notifications")
+	}
+}
+
+// quiet checks that the options open a connection with nothing but the
+// commands every Redis answers: the handshakes go-redis adds by default
+// (maintenance notifications, client identity) are refused by many
+// servers, and each refusal is an error span in some delivery's trace.
+func quiet(t *testing.T, what string, o *redis.UniversalOptions) {
+	t.Helper()
+	if m := o.MaintNotificationsConfig; m == nil || m.Mode != maintnotifications.ModeDisabled {
+		t.Errorf("%s: maintenance notifications are not disabled: %+v", what, m)
+	}
+	if !o.DisableIdentity {
+		t.Errorf("%s: CLIENT SETINFO is sent on every new connection", what)
 	}
 }
 

@@ -268,3 +268,72 @@ func TestParkedHandoffIsReconciledByLookup(t *testing.T) {
 		t.Fatalf("%+v, %d calls", s.Op, r.fx.Calls())
 	}
 }
+
+// Issue 21, item 9: the broker was acked when the outbox entry committed, so
+// a redelivery met while the relay is mid-call (its lease taken in the
+// reservation store, its attempt open in the ledger) must be answered from
+// the ledger at once. Nacking it as contended would make the broker retry a
+// message whose fate no longer depends on it.
+func TestHandoffRedeliveryAcksWhileTheRelayHoldsTheLease(t *testing.T) {
+	t.Parallel()
+	r := handoffRig(t, false, time.Hour)
+	m := r.msg("m-1", "x")
+	want(t, r.push(m, true), gate.Ack, gate.StatePendingEffect)
+
+	calling, release := make(chan struct{}), make(chan struct{})
+	r.fx.Script = func(_ int, _ *gate.EffectRequest, apply func() string) gate.EffectResult {
+		close(calling)
+		<-release
+		return gate.EffectResult{Outcome: gate.OutcomeConfirmed, ResultID: apply()}
+	}
+	entry := r.snapshot(m).Outbox
+	relayed := make(chan *gate.Result, 1)
+	go func() {
+		res, err := r.gate.Relay(context.Background(), r.route, entry)
+		if err != nil {
+			t.Errorf("relay: %v", err)
+			close(relayed)
+			return
+		}
+		res.Finish(context.Background(), nil, true)
+		relayed <- res
+	}()
+	<-calling
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	id, err := gate.Identify(r.route, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The premise: the relay's lease is taken and its attempt is open.
+	if _, err := r.leases.Acquire(context.Background(), id.OperationID, "someone-else", time.Minute, 0); !errors.Is(err, gate.ErrHeld) {
+		t.Fatalf("the relay does not hold the lease mid-call: %v", err)
+	}
+	if s := r.snapshot(m); s.Op.LastAttempt == nil || s.Op.LastAttempt.Outcome != "" {
+		t.Fatalf("no open attempt mid-call: %+v", s.Op.LastAttempt)
+	}
+	for i := range 3 {
+		res := r.push(m, true)
+		if res.Decision != gate.Ack {
+			t.Fatalf("redelivery %d while the relay calls: %s (%s), want ack", i+1, res.Decision, res.Reason)
+		}
+	}
+	if r.fx.Calls() != 1 {
+		t.Fatalf("%d calls while the relay held the lease, want its one", r.fx.Calls())
+	}
+	close(release)
+	if res := <-relayed; res == nil || res.Decision != gate.Ack {
+		t.Fatalf("relay: %+v", res)
+	}
+	// Once the effect is confirmed, the redelivery still acks and the
+	// record stays acknowledged.
+	want(t, r.push(m, true), gate.Ack, gate.StateAcknowledged)
+	if s := r.snapshot(m); s.Op.State != gate.StateAcknowledged || r.fx.Applied(r.key(m)) != 1 {
+		t.Fatalf("%s, %d applied", s.Op.State, r.fx.Applied(r.key(m)))
+	}
+}

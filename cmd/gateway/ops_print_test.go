@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -213,5 +215,48 @@ func TestOpsExitStatuses(t *testing.T) {
 	// -h prints the flags and is not a failure.
 	if err := run(context.Background(), []string{"ops", "list", "-h"}, env.get, io.Discard, io.Discard); err != nil {
 		t.Errorf("ops list -h: %v", err)
+	}
+}
+
+// The exit-status table of docs/operations.md is what scripts are written
+// against, so it is read here and held to the constants the code returns:
+// a status renumbered in one place and not the other fails.
+func TestExitStatusTableIsTheCodes(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "### Exit statuses of `gateway ops`")
+	if !ok {
+		t.Fatal("docs/operations.md has no exit-status table")
+	}
+	rows := map[int]string{}
+	for line := range strings.Lines(table) {
+		if strings.HasPrefix(line, "## ") || strings.HasPrefix(line, "### ") {
+			break
+		}
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(cells[1])); err == nil {
+			rows[n] = cells[2]
+		}
+	}
+	for code, says := range map[int]string{
+		0:               "done",
+		1:               "GATEWAY_ADMIN_TOKEN",
+		exitUsage:       "unknown one",
+		exitRefused:     "409",
+		exitRequest:     "names no route",
+		exitUnavailable: "503",
+	} {
+		if !strings.Contains(rows[code], says) {
+			t.Errorf("docs/operations.md: status %d reads %q, want it to cover %q", code, rows[code], says)
+		}
+	}
+	if len(rows) != 6 {
+		t.Errorf("docs/operations.md lists statuses %v, want 0 to 5", rows)
 	}
 }

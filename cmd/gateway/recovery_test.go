@@ -230,6 +230,11 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 	dave.wantExit(exitUsage, "exactly one operation id", "replay", happened, notHappened, "--reason", "x")
 	dave.wantExit(exitUsage, "--reason is required", "replay", happened)
 	dave.wantExit(exitUsage, "flag provided but not defined", "replay", happened, "--force")
+	// A misspelt -route is an error from the real admin API, not an empty
+	// table that reads as "nothing there".
+	for _, list := range []string{"list", "dead-letters", "poison"} {
+		dave.wantExit(exitRequest, "no route nosuch", list, "-route", "nosuch")
+	}
 	ops.as("mallory").wantExit(exitRequest, "401", "replay", happened, "--reason", "x")
 	unreachable := cli{t: t, env: gatewayEnv{"GATEWAY_ADMIN_URL": "http://" + freeAddr(t), "GATEWAY_ADMIN_TOKEN": "x"}}
 	unreachable.wantExit(exitUnavailable, "admin API", "dead-letters")
