@@ -203,7 +203,7 @@ type outboxPage struct {
 }
 
 type outboxRow struct {
-	gate.OutboxEntry
+	adminapi.OutboxRow
 	Age string
 }
 
@@ -229,7 +229,7 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.o.Now()
 	for _, e := range page.Entries {
-		p.Entries = append(p.Entries, outboxRow{OutboxEntry: e, Age: age(now, e.CreatedAt)})
+		p.Entries = append(p.Entries, outboxRow{OutboxRow: e, Age: age(now, e.CreatedAt)})
 	}
 	p.Next = page.Next
 	c.render(w, r, status, "outbox.html", p)
