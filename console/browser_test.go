@@ -187,8 +187,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if branch := text(`[data-node="indeterminate"]`); !strings.Contains(branch, "blocked") {
 		t.Fatalf("indeterminate branch:\n%s", branch)
 	}
-	if cls := attr(`[data-node="attempts"]`, "class"); !strings.Contains(cls, "done") {
-		t.Fatalf("attempts node %q", cls)
+	if cls := attr(`[data-node="attempts"]`, "class"); !strings.Contains(cls, "warn") {
+		t.Fatalf("attempts node of an unknown outcome is %q, want warn", cls)
 	}
 	screenshot("operation.png")
 
