@@ -208,6 +208,15 @@ type ReplayRequest struct {
 	Actor  string `json:"actor,omitempty"`
 }
 
+// OutboxActionRequest is the body of POST /v1/outbox/{id}/retry and
+// /v1/outbox/{id}/cancel; its fields are ResolveRequest's, and the action
+// is recorded the same way, under the credential's name.
+type OutboxActionRequest struct {
+	Reason string `json:"reason"`
+	Note   string `json:"note,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+}
+
 // Who took a terminal operation out of circulation.
 const (
 	// DeadLetteredByGateway: the gateway recorded a dead letter and acked.

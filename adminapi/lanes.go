@@ -80,6 +80,15 @@ type OutboxFilter struct {
 // OutboxPage is one page of a handoff outbox: the entries' ids and schedule,
 // never the message they carry.
 type OutboxPage struct {
-	Entries []gate.OutboxEntry
+	Entries []OutboxRow
 	Next    string
+}
+
+// OutboxRow is an undelivered entry with its operation's state: an entry
+// whose operation is open waits for the relay; one whose operation ended
+// (cancelled, terminal, indeterminate) waits for an operator, and the
+// relay leaves it alone.
+type OutboxRow struct {
+	gate.OutboxEntry
+	State gate.State
 }

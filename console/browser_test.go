@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,10 +45,14 @@ func screenshotDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// The viewport an operator's laptop browser gives a page: what must be
+// readable without scrolling is checked against it.
+const viewW, viewH = 1280, 900
+
 func saveScreenshot(t *testing.T, dir, name string, buf []byte) {
 	t.Helper()
 	cfg, err := png.DecodeConfig(bytes.NewReader(buf))
-	if err != nil || cfg.Width != 1200 || cfg.Height != 800 {
+	if err != nil || cfg.Width != viewW || cfg.Height != viewH {
 		t.Fatalf("screenshot %s: %v, %dx%d", name, err, cfg.Width, cfg.Height)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -75,6 +80,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	ok := e.record(okID)
+	shipment := e.handedOff("ship-3001")
+	parcel := e.handedOff("ship-3002")
+	const email = "ana@example.com"
+	refund, status := e.push("refunds", "refund-4001", `{"amount": 990}`, map[string]string{"customer_email": email})
+	if status != http.StatusNoContent {
+		t.Fatalf("refund: %d", status)
+	}
+	e.pushPoison("refunds", "refund-no-customer")
 
 	// A bound on the whole walk (the browser lives as long as this
 	// context), so a stuck browser fails the test with its own message
@@ -82,7 +95,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	bound, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	alloc, cancel := chromedp.NewExecAllocator(bound, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 800))...)
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(viewW, viewH))...)
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(alloc)
 	defer cancel()
@@ -121,7 +134,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	base := e.admin.URL
 
 	// Log in: the console sends a browser without a session to the form.
-	do("open", chromedp.EmulateViewport(1200, 800), chromedp.Navigate(base+"/console/lanes"),
+	do("open", chromedp.EmulateViewport(viewW, viewH), chromedp.Navigate(base+"/console/lanes"),
 		chromedp.WaitVisible(chromedp.ID("login")))
 	if loc := get(chromedp.Location()); !strings.HasSuffix(loc, "/console/login") {
 		t.Fatalf("without a session the console showed %s", loc)
@@ -182,13 +195,27 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The indeterminate operation: its branch, and the action, taken in the UI.
+	// The indeterminate operation: the answer and the form first, without
+	// scrolling, then its branch; the attempt whose outcome is unknown is
+	// amber, not green.
 	do("indeterminate operation", chromedp.Navigate(base+"/console/operations/"+lost), chromedp.WaitVisible(chromedp.ID("resolve")))
+	for _, sel := range []string{"#statement", "#resolve-submit", "#card"} {
+		box, err := chromedp.Run(ctx, chromedp.Dimensions(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if top := box.Border[1]; top < 0 || top >= viewH-40 {
+			t.Errorf("%s starts at y=%.0f: below the fold of a %dx%d window", sel, top, viewW, viewH)
+		}
+	}
 	if branch := text(`[data-node="indeterminate"]`); !strings.Contains(branch, "blocked") {
 		t.Fatalf("indeterminate branch:\n%s", branch)
 	}
-	if cls := attr(`[data-node="attempts"]`, "class"); !strings.Contains(cls, "done") {
-		t.Fatalf("attempts node %q", cls)
+	if cls := attr(`[data-node="attempts"]`, "class"); !strings.Contains(cls, "warn") {
+		t.Fatalf("attempts node of an unknown outcome is %q, want warn", cls)
+	}
+	if d := text(`[data-edge="indeterminate"]`); d == "" {
+		t.Fatal("the edge into the indeterminate branch shows no duration")
 	}
 	screenshot("operation.png")
 
@@ -217,4 +244,47 @@ func TestConsoleInBrowser(t *testing.T) {
 		reason != "provider dashboard shows charge prov-991" {
 		t.Fatalf("interventions: %v: %d %q %q %q %q", err, n, actor, kind, reason, resultID)
 	}
+
+	// The outbox: an entry made due now from its row, recorded under the
+	// operator's name.
+	// A second entry cancelled beforehand, to show how an ended one is listed.
+	if _, _, err := e.gw.Gate.Resolve(context.Background(), parcel, gate.Resolution{
+		Kind: gate.ResolveCancel, Reason: "parcel recalled", Actor: "test:setup"}); err != nil {
+		t.Fatal(err)
+	}
+	row := `tr[data-op="` + shipment + `"]`
+	do("outbox", chromedp.Navigate(base+"/console/outbox"), chromedp.WaitVisible(chromedp.CSS(row)))
+	screenshot("outbox.png")
+	do("retry now",
+		chromedp.SendKeys(chromedp.CSS(row+` input[name="reason"]`), "carrier API answers again"),
+		chromedp.Click(chromedp.CSS(row+` button:first-of-type`)),
+		chromedp.WaitVisible(chromedp.ID("done")),
+	)
+	err = e.gw.Pool.QueryRow(context.Background(), `SELECT count(*) OVER (), actor, kind, reason
+		FROM interventions WHERE operation_id = $1`, shipment).Scan(&n, &actor, &kind, &reason)
+	if err != nil || n != 1 || actor != "console:alice" || kind != "retry_now" || reason != "carrier API answers again" {
+		t.Fatalf("outbox retry: %v: %d %q %q %q", err, n, actor, kind, reason)
+	}
+
+	// Search by a private key, typed in clear from the header's box.
+	do("search",
+		chromedp.SendKeys(chromedp.CSS(`form.quick input[name="q"]`), email+"\n"),
+		chromedp.WaitVisible(chromedp.ID("results")),
+	)
+	if got := text("#results"); !strings.Contains(got, refund) {
+		t.Fatalf("search by key %s:\n%s", email, got)
+	}
+	screenshot("search.png")
+
+	do("poison", chromedp.Navigate(base+"/console/poison"), chromedp.WaitVisible(chromedp.ID("entries")))
+	if got := text("#entries"); !strings.Contains(got, "refund-no-customer") {
+		t.Fatalf("poison page:\n%s", got)
+	}
+	screenshot("poison.png")
+
+	do("routes", chromedp.Navigate(base+"/console/routes"), chromedp.WaitVisible(chromedp.ID("contracts")))
+	if got := text(`td[data-route="payments"][data-field="dedupe_window"]`); !strings.Contains(got, "not used by this shape") || strings.Contains(got, `"`) {
+		t.Fatalf("payments' dedupe window row: %q", got)
+	}
+	screenshot("routes.png")
 }

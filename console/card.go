@@ -32,6 +32,10 @@ type node struct {
 	Title  string
 	Status string
 	Time   *time.Time
+	// Since is the time from the step before (the node to the left, or the
+	// one a branch drops from) to this one, drawn on the edge into it; ""
+	// when either end has no time.
+	Since  string
 	Fields []field
 	// Items are repeated entries: each delivery, each attempt.
 	Items []item
@@ -186,7 +190,7 @@ func (c *Console) buildCard(rec *adminapi.Record) card {
 	an := node{Key: "attempts", Title: fmt.Sprintf("Attempts (%d)", len(rec.Attempts)), Status: statusOpen,
 		Fields: []field{{K: "idempotency key", V: op.IdempotencyKey, Mono: true}}}
 	if len(rec.Attempts) > 0 {
-		an.Status, an.Time = statusDone, at(rec.Attempts[0].StartedAt)
+		an.Status, an.Time = attemptsStatus(rec.Attempts), at(rec.Attempts[0].StartedAt)
 	}
 	for _, a := range rec.Attempts {
 		it := item{Title: fmt.Sprintf("#%d %s", a.N, a.Kind), Status: outcomeStatus(a.Outcome), Fields: []field{
@@ -301,7 +305,67 @@ func (c *Console) buildCard(rec *adminapi.Record) card {
 		}
 		cd.Terminal = b
 	}
+	cd.edges()
 	return cd
+}
+
+// edges writes on each edge the time its step took: from the latest time
+// to the left of a node (or, for a branch, the latest time on the path
+// before the branch's) to the node's own.
+func (cd *card) edges() {
+	var prev *time.Time
+	var path []*time.Time
+	for i := range cd.Main {
+		n := &cd.Main[i]
+		if n.Time != nil {
+			if prev != nil {
+				n.Since = duration(n.Time.Sub(*prev))
+			}
+			prev = n.Time
+			path = append(path, n.Time)
+		}
+	}
+	for _, b := range []*node{cd.Indeterminate, cd.Terminal} {
+		if b == nil || b.Time == nil {
+			continue
+		}
+		var before *time.Time
+		for _, t := range path {
+			if !t.After(*b.Time) && (before == nil || t.After(*before)) {
+				before = t
+			}
+		}
+		if before != nil {
+			b.Since = duration(b.Time.Sub(*before))
+		}
+	}
+}
+
+// duration is a step's length as an operator compares them: milliseconds
+// below a minute, whole seconds above.
+func duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// attemptsStatus colours the attempts node by what the attempts show: done
+// only when one of them confirmed the effect; red when the newest ended
+// terminally; amber while the newest failed in a way that may be retried or
+// left the effect unknown, or never finished.
+func attemptsStatus(as []gate.Attempt) string {
+	for _, a := range as {
+		if a.Outcome == gate.OutcomeConfirmed {
+			return statusDone
+		}
+	}
+	return outcomeStatus(as[len(as)-1].Outcome)
 }
 
 func outcomeStatus(o gate.Outcome) string {
@@ -310,10 +374,10 @@ func outcomeStatus(o gate.Outcome) string {
 		return statusDone
 	case gate.OutcomeTerminal:
 		return statusBad
-	case gate.OutcomeUnknown, "":
-		return statusWarn
 	}
-	return statusOpen
+	// Retryable, unknown, absent (a lookup that found nothing), or no
+	// outcome recorded: someone or something still has to act.
+	return statusWarn
 }
 
 func laneOr(l string) string {

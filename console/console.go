@@ -33,6 +33,19 @@ type Ledger interface {
 	LanePage(ctx context.Context, f adminapi.LaneFilter) (adminapi.LanePage, error)
 	LaneTotals(ctx context.Context, routes []string, states []gate.State) ([]adminapi.LaneCount, error)
 	OutboxPage(ctx context.Context, f adminapi.OutboxFilter) (adminapi.OutboxPage, error)
+	// List finds operations by key or message id, as GET /v1/operations.
+	List(ctx context.Context, f adminapi.ListFilter) ([]gate.Operation, string, error)
+}
+
+// PoisonStore lists the messages kept as poison; storage.PoisonLog is one.
+type PoisonStore interface {
+	List(ctx context.Context, f adminapi.PoisonFilter) ([]adminapi.PoisonRecord, string, error)
+}
+
+// OutboxActions makes a handoff outbox entry due at once and records who
+// asked; storage.Ledger is one. Cancelling goes through the Resolver.
+type OutboxActions interface {
+	RetryOutbox(ctx context.Context, id, actor, reason string) error
 }
 
 // Resolver applies an operator's resolution; gate.Gate is one.
@@ -59,8 +72,12 @@ type Options struct {
 	AuthLimiter *authlimit.Limiter
 	Ledger      Ledger
 	Resolver    Resolver
-	Routes      []*gate.Route
-	Logger      *slog.Logger
+	// Poison backs the poison page; without it the page says so.
+	Poison PoisonStore
+	// Outbox backs an outbox entry's retry-now; without it that is refused.
+	Outbox OutboxActions
+	Routes []*gate.Route
+	Logger *slog.Logger
 	// AuthFailures is optional.
 	AuthFailures AuthFailureRecorder
 	// TraceURL turns a trace id into a link: "{trace_id}" is replaced by
@@ -181,6 +198,9 @@ func (c *Console) routes() http.Handler {
 		r.Get("/console/", redirectTo("/console/lanes"))
 		r.Get("/console/lanes", c.lanes)
 		r.Get("/console/outbox", c.outbox)
+		r.Post("/console/outbox/{id}/{action}", c.outboxAction)
+		r.Get("/console/search", c.search)
+		r.Get("/console/poison", c.poison)
 		r.Get("/console/routes", c.routesPage)
 		r.Get("/console/operations/{id}", c.operation)
 		r.Post("/console/operations/{id}/resolve", c.resolve)

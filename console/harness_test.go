@@ -94,7 +94,31 @@ const routesYAML = `routes:
       result_id_header: X-Result-Id
       headers:
         Authorization: Bearer downstream-credential-never-shown
+  - name: shipments
+    broker: pubsub
+    auth: none
+    shape: handoff
+    dead_letter: gateway
+    handoff:
+      retry_min: 1s
+      retry_max: 1m
+    effect:
+      url: {{DOWN}}/effects/ok
+      result_id_header: X-Result-Id
+  - name: refunds
+    broker: pubsub
+    auth: none
+    shape: unsafe
+    dead_letter: gateway
+    operation_key: {kind: attribute, name: customer_email}
+    private: [customer_email]
+    effect:
+      url: {{DOWN}}/effects/ok
+      result_id_header: X-Result-Id
 `
+
+// keyHashSecret keys the hash of the refunds route's private keys.
+const keyHashSecret = "console-test-key-hash-secret-0123456789"
 
 // env is a gateway built by package wiring, as `gateway serve` builds it,
 // on a fresh database and a private Redis.
@@ -130,6 +154,7 @@ func newEnv(t testing.TB, vars map[string]string) *env {
 		"GATEWAY_METRICS_TOKEN":     metricsToken,
 		"GATEWAY_INSTANCE_ID":       "console-test",
 		"GATEWAY_CONSOLE_TRACE_URL": traceURL,
+		"GATEWAY_KEY_HASH_SECRET":   keyHashSecret,
 	}
 	maps.Copy(environ, vars)
 	getenv := func(k string) string { return environ[k] }
@@ -248,6 +273,34 @@ func (e *env) indeterminate(messageID string) string {
 		e.t.Fatalf("lost response answered %d, want 503", status)
 	}
 	e.waitState(id, gate.StateEffectIndeterminate)
+	return id
+}
+
+// pushPoison pushes a message with no usable identity to route (a route
+// keyed on an attribute it lacks), which the gateway keeps as poison.
+func (e *env) pushPoison(route, messageID string) {
+	e.t.Helper()
+	body, _ := json.Marshal(map[string]any{
+		"message":      map[string]any{"data": base64.StdEncoding.EncodeToString([]byte(`{}`)), "messageId": messageID},
+		"subscription": "projects/p/subscriptions/" + route,
+	})
+	resp, err := http.Post(e.ingest.URL+"/v1/push/pubsub/"+route, "application/json", bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatalf("push: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+// handedOff pushes a shipments message: committed with its outbox entry
+// and acked. No relay runs in these tests, so the entry waits.
+func (e *env) handedOff(messageID string) string {
+	e.t.Helper()
+	id, status := e.push("shipments", messageID, `{"parcel": 7}`, map[string]string{"event_type": "ship"})
+	if status != http.StatusNoContent {
+		e.t.Fatalf("shipments push answered %d, want 204", status)
+	}
+	e.waitState(id, gate.StatePendingEffect)
 	return id
 }
 

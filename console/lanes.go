@@ -1,10 +1,13 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
@@ -200,11 +203,15 @@ type outboxPage struct {
 	Entries []outboxRow
 	Next    string
 	Problem string
+	Done    string
 }
 
 type outboxRow struct {
-	gate.OutboxEntry
+	adminapi.OutboxRow
 	Age string
+	// Open: the relay still takes the entry up, so it may be made due now
+	// or cancelled; otherwise its operation waits in a lane.
+	Open bool
 }
 
 // outbox: a handoff route's entries that the relay has not delivered yet,
@@ -212,6 +219,12 @@ type outboxRow struct {
 func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := outboxPage{Routes: c.routeNames(), Route: q.Get("route"), Cursor: q.Get("cursor")}
+	switch q.Get("done") {
+	case "retried":
+		p.Done = "Recorded: the entry of " + gate.Bound(q.Get("op"), 64) + " is due now; the relay's next pass takes it up."
+	case "cancelled":
+		p.Done = "Recorded: the entry of " + gate.Bound(q.Get("op"), 64) + " is out of the relay's queue; its operation is in the terminal lane, where a replay hands it back."
+	}
 	for _, v := range []string{p.Route, p.Cursor} {
 		if len(v) > 1024 || gate.Unstorable(v) != "" {
 			c.render(w, r, http.StatusBadRequest, "error.html", errorPage{Title: "Bad filter", Message: "A filter is too long or holds characters the ledger cannot."})
@@ -229,19 +242,34 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.o.Now()
 	for _, e := range page.Entries {
-		p.Entries = append(p.Entries, outboxRow{OutboxEntry: e, Age: age(now, e.CreatedAt)})
+		p.Entries = append(p.Entries, outboxRow{OutboxRow: e, Age: age(now, e.CreatedAt), Open: open(e.State)})
 	}
 	p.Next = page.Next
 	c.render(w, r, status, "outbox.html", p)
 }
 
 type routesPage struct {
-	Routes []routeView
+	Routes []routeHead
+	Rows   []contractRow
 }
 
-type routeView struct {
-	Name   string
-	Fields []contractField
+type routeHead struct {
+	Name  string
+	Shape gate.Shape
+}
+
+// contractRow is one field of the contracts, with each route's value in
+// the order of Routes.
+type contractRow struct {
+	Name  string
+	Cells []contractCell
+}
+
+type contractCell struct {
+	Route string
+	Value string
+	// Unused: the field has a value but this route's shape does not apply it.
+	Unused bool
 }
 
 type contractField struct {
@@ -249,11 +277,15 @@ type contractField struct {
 	Value string
 }
 
-// routesPage: every route's contract, field by field, as GET /v1/routes
-// shows it: the effect's header values hidden, since they often carry the
-// downstream's credentials.
+// routesPage: every route's contract as GET /v1/routes shows it, in one
+// table, a field per row and a route per column, so routes compare at a
+// glance: nested fields flattened ("effect · timeout"), values as the
+// routes file spells them (durations as Go durations, lists joined), the
+// effect's header values hidden since they often carry the downstream's
+// credentials.
 func (c *Console) routesPage(w http.ResponseWriter, r *http.Request) {
 	var p routesPage
+	values := map[string]map[string]string{} // field → route → value
 	for _, rt := range c.o.Routes {
 		v := *rt
 		if len(rt.Effect.Headers) > 0 {
@@ -263,21 +295,84 @@ func (c *Console) routesPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		raw, err := json.Marshal(v)
-		var fields map[string]json.RawMessage
+		var doc map[string]any
 		if err == nil {
-			err = json.Unmarshal(raw, &fields)
+			// Numbers as written: a float64 would print a large limit as 1e+06.
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			err = dec.Decode(&doc)
 		}
 		if err != nil {
 			c.o.Logger.ErrorContext(r.Context(), "console: route contract", "route", rt.Name, "err", err)
 			continue
 		}
-		rv := routeView{Name: rt.Name}
-		for _, name := range sortedKeys(fields) {
-			rv.Fields = append(rv.Fields, contractField{Name: name, Value: string(fields[name])})
+		p.Routes = append(p.Routes, routeHead{Name: rt.Name, Shape: rt.Shape})
+		var fields []contractField
+		flatten(&fields, "", doc)
+		for _, f := range fields {
+			if f.Name == "name" {
+				continue // the column's heading
+			}
+			if values[f.Name] == nil {
+				values[f.Name] = map[string]string{}
+			}
+			values[f.Name][rt.Name] = f.Value
 		}
-		p.Routes = append(p.Routes, rv)
+	}
+	for _, name := range sortedKeys(values) {
+		row := contractRow{Name: name}
+		for _, rt := range p.Routes {
+			v, ok := values[name][rt.Name]
+			if !ok {
+				v = "—"
+			}
+			// The provider's dedupe window is what an idempotent shape relies
+			// on; on any other shape a zero there means nothing.
+			unused := name == "dedupe_window" && rt.Shape != gate.ShapeIdempotent
+			row.Cells = append(row.Cells, contractCell{Route: rt.Name, Value: v, Unused: unused})
+		}
+		p.Rows = append(p.Rows, row)
 	}
 	c.render(w, r, http.StatusOK, "routes.html", p)
+}
+
+// flatten appends v's leaves as rows, objects by their keys in order.
+func flatten(out *[]contractField, name string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			*out = append(*out, contractField{Name: name, Value: "—"})
+		}
+		for _, k := range sortedKeys(x) {
+			n := k
+			if name != "" {
+				n = name + " · " + k
+			}
+			flatten(out, n, x[k])
+		}
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = scalar(e)
+		}
+		*out = append(*out, contractField{Name: name, Value: strings.Join(parts, ", ")})
+	default:
+		*out = append(*out, contractField{Name: name, Value: scalar(x)})
+	}
+}
+
+// scalar spells a JSON value for a person: strings without quotes.
+func scalar(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case nil:
+		return "—"
+	case map[string]any, []any:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+	return fmt.Sprint(v)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

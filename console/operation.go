@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -18,19 +19,47 @@ type operationPage struct {
 	Card          card
 	Statement     string
 	TraceLink     string
-	Events        []adminapi.Event
+	Events        []transitionRow
 	Interventions []gate.Intervention
 	// Actions are the resolutions the operation's state allows.
 	CanResolve bool
 	CanReplay  bool
-	Done       string
-	Problem    string
+	// InOutbox: a handed-off operation the relay still works on, whose
+	// entry an operator may make due now or cancel.
+	InOutbox bool
+	// Why says, beside the statement, since when and why an operation waits
+	// in a lane: what its branch of the card says, without scrolling to it.
+	Why     string
+	Done    string
+	Problem string
 	// Form keeps what the operator typed when an action was refused.
 	Form resolveForm
 }
 
 type resolveForm struct {
 	Kind, ResultID, Reason string
+}
+
+// transitionRow is a logged step and how long after the one before it
+// came (after the operation's creation, for the first).
+type transitionRow struct {
+	adminapi.Event
+	After string
+}
+
+func transitionRows(rec *adminapi.Record) []transitionRow {
+	out := make([]transitionRow, len(rec.Events))
+	prev := rec.Operation.CreatedAt
+	for i, e := range rec.Events {
+		out[i] = transitionRow{Event: e, After: duration(e.At.Sub(prev))}
+		prev = e.At
+	}
+	return out
+}
+
+// openStates are those in which the relay still takes an outbox entry up.
+func open(s gate.State) bool {
+	return s == gate.StateReceived || s == gate.StateReserved || s == gate.StatePendingEffect
 }
 
 // validID mirrors the admin API's check of an operation id.
@@ -46,6 +75,10 @@ func (c *Console) operation(w http.ResponseWriter, r *http.Request) {
 		done = "Recorded. The operation's record below includes your intervention."
 	case "unchanged":
 		done = "The same resolution was already recorded; nothing new was written."
+	case "retried":
+		done = "Recorded. The outbox entry is due now; the relay's next pass takes it up."
+	case "cancelled":
+		done = "Recorded. The outbox entry is out of the relay's queue and the operation is in the terminal lane; replay hands it back."
 	}
 	c.showOperation(w, r, id, http.StatusOK, done, "", resolveForm{})
 }
@@ -68,12 +101,44 @@ func (c *Console) showOperation(w http.ResponseWriter, r *http.Request, id strin
 	op := rec.Operation
 	p := operationPage{
 		Op: op, Card: c.buildCard(rec), Statement: gate.Statement(&op), TraceLink: c.traceLink(op.TraceID),
-		Events: rec.Events, Interventions: rec.Interventions,
+		Events: transitionRows(rec), Interventions: rec.Interventions,
 		CanResolve: op.State == gate.StateEffectIndeterminate && op.ConflictOf == "",
 		CanReplay:  op.State == gate.StateTerminalFailure && op.ConflictOf == "",
+		InOutbox:   op.HandedOffAt != nil && open(op.State) && op.ConflictOf == "",
 		Done:       done, Problem: problem, Form: form,
 	}
+	p.Why = c.why(&op, p.Card)
 	c.render(w, r, status, "operation.html", p)
+}
+
+func (c *Console) why(op *gate.Operation, cd card) string {
+	var what string
+	var since *time.Time
+	switch op.State {
+	case gate.StateEffectIndeterminate:
+		what = "Indeterminate"
+		if cd.Indeterminate != nil {
+			since = cd.Indeterminate.Time
+		}
+	case gate.StateTerminalFailure:
+		what = "Terminal"
+		if cd.Terminal != nil {
+			since = cd.Terminal.Time
+		}
+	default:
+		return ""
+	}
+	if since == nil {
+		since = &op.UpdatedAt
+	}
+	out := what + " since " + stamp(since) + " (" + age(c.o.Now(), *since) + " ago)"
+	if op.Reason != "" {
+		out += ": " + op.Reason
+	}
+	if op.State == gate.StateEffectIndeterminate && op.NextCheckAt != nil {
+		out += ". Next reconciling lookup " + stamp(op.NextCheckAt)
+	}
+	return out
 }
 
 // resolve applies a resolution through the gate, as whoever is logged in:

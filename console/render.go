@@ -13,7 +13,8 @@ import (
 // page is one page's template set: the layout and the page's own file.
 type page struct{ t *template.Template }
 
-var pageFiles = []string{"login.html", "lanes.html", "outbox.html", "routes.html", "operation.html", "error.html"}
+var pageFiles = []string{"login.html", "lanes.html", "outbox.html", "routes.html", "operation.html", "error.html",
+	"search.html", "poison.html"}
 
 func parsePages() (map[string]*page, error) {
 	out := make(map[string]*page, len(pageFiles))

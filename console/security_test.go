@@ -305,7 +305,8 @@ func TestPagesShowNoMessageDataAndNoScript(t *testing.T) {
 	}
 	secrets := []string{"SECRET-PAYLOAD-77", "4111-SECRET", "downstream-credential-never-shown", adminToken, metricsToken, tokenOf("carol")}
 	for _, p := range []string{"/console/lanes", "/console/lanes?state=effect_indeterminate&route=payments",
-		"/console/lanes?message_id=data-1", "/console/outbox", "/console/routes",
+		"/console/lanes?message_id=data-1", "/console/outbox", "/console/routes", "/console/poison",
+		"/console/search", "/console/search?by=message_id&q=data-2", "/console/search?by=key&q=data-1",
 		"/console/operations/" + okID, "/console/operations/" + lostID, "/console/login", "/console/nowhere"} {
 		r := c.do(http.MethodGet, p, nil, []*http.Cookie{sess}, nil)
 		if r.status != http.StatusOK && !(p == "/console/nowhere" && r.status == http.StatusNotFound) && !(p == "/console/login" && r.status == http.StatusSeeOther) {

@@ -473,11 +473,13 @@ func TestRouteJSONUsesDurationStrings(t *testing.T) {
 	t.Parallel()
 	r := testRoute(ShapeIdempotent)
 	r.Renewal = Renewal{Interval: 3 * time.Second, MaxExtension: 10 * time.Second}
+	r.Handoff = &HandoffSpec{RetryMin: time.Second, RetryMax: 5 * time.Minute}
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"ack_deadline":"10s"`, `"dedupe_window":"1h0m0s"`, `"timeout":"5s"`, `"interval":"3s"`, `"retention":"192h0m0s"`, `"name":"orders"`} {
+	for _, want := range []string{`"ack_deadline":"10s"`, `"dedupe_window":"1h0m0s"`, `"timeout":"5s"`, `"interval":"3s"`, `"retention":"192h0m0s"`, `"name":"orders"`,
+		`"retry_min":"1s"`, `"retry_max":"5m0s"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("route JSON lacks %s: %s", want, b)
 		}
@@ -486,7 +488,8 @@ func TestRouteJSONUsesDurationStrings(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.AckDeadline != r.AckDeadline || back.Effect.Timeout != r.Effect.Timeout || back.Renewal != r.Renewal || back.Name != r.Name || back.DedupeWindow != r.DedupeWindow {
+	if back.AckDeadline != r.AckDeadline || back.Effect.Timeout != r.Effect.Timeout || back.Renewal != r.Renewal || back.Name != r.Name || back.DedupeWindow != r.DedupeWindow ||
+		back.Handoff == nil || *back.Handoff != *r.Handoff {
 		t.Fatalf("round trip changed the route: %+v", back)
 	}
 }

@@ -282,6 +282,15 @@ const (
 	// ResolveReplay: a terminal operation whose effect is not confirmed gets
 	// exactly one new attempt, under the same identity and key.
 	ResolveReplay ResolutionKind = "replay"
+	// ResolveCancel: a handed-off operation's outbox entry is taken out of
+	// the relay's queue. The operation ends terminally and dead-lettered, in
+	// the lane an operator works through, where a replay hands it back to
+	// the relay; it is never called done.
+	ResolveCancel ResolutionKind = "cancel"
+	// OutboxRetryNow is not a resolution the gate applies: it records an
+	// operator who made an outbox entry due at once. It changes no state, so
+	// the ledger writes it beside the entry's new schedule, with no lease.
+	OutboxRetryNow ResolutionKind = "retry_now"
 )
 
 // Resolution is an operator's request. Reason and Actor are required: a

@@ -45,9 +45,9 @@ func (r Resolution) Check() error {
 		return fmt.Errorf("%w: %s", ErrInvalidResolution, fmt.Sprintf(format, a...))
 	}
 	switch r.Kind {
-	case ResolveHappened, ResolveNotHappened, ResolveAbandon, ResolveReplay:
+	case ResolveHappened, ResolveNotHappened, ResolveAbandon, ResolveReplay, ResolveCancel, OutboxRetryNow:
 	default:
-		return bad("kind must be happened, not_happened, abandon or replay, not %q", Bound(string(r.Kind), 64))
+		return bad("kind must be happened, not_happened, abandon, replay or cancel, not %q", Bound(string(r.Kind), 64))
 	}
 	for _, f := range []struct {
 		name, v string
@@ -79,15 +79,26 @@ func (r Resolution) Check() error {
 //	not_happened  effect_indeterminate                   → pending_effect     one attempt granted
 //	abandon       effect_indeterminate                   → terminal_failure   dead-lettered under policy gateway
 //	replay        terminal_failure                       → pending_effect     one attempt granted
+//	cancel        open and handed off, no attempt in doubt → terminal_failure dead-lettered; a replay hands it back
 //	anything else                                        refused: nothing written
 //
 // Open operations (received, reserved, pending_effect) are refused because
 // an owner may be calling the downstream right now: no one can know yet.
+// Cancel is the exception, for a handed-off operation whose only owner is
+// the relay: Resolve applies it under the operation's lease, so no relay
+// pass is at work meanwhile, and it is refused when an earlier attempt left
+// no outcome, since that effect may have happened.
 func DecideResolution(op *Operation, r Resolution) (Plan, error) {
 	refuse := func(why string) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: %s is %s: %s", ErrRefused, op.ID, op.State, why)
 	}
 	reason := fmt.Sprintf("operator %s (%s): %s", r.Kind, r.Actor, r.Reason)
+	switch r.Kind {
+	case ResolveCancel:
+		return decideCancel(op, reason, refuse)
+	case OutboxRetryNow:
+		return Plan{}, fmt.Errorf("%w: retry_now changes an outbox entry's schedule, not the operation; the ledger records it", ErrInvalidResolution)
+	}
 	switch {
 	case op.State == StateConflicting:
 		return refuse("a conflict record is never executed; resolve the original operation " + op.ConflictOf)
@@ -118,6 +129,27 @@ func DecideResolution(op *Operation, r Resolution) (Plan, error) {
 		return grant(reason), nil
 	}
 	return Plan{}, fmt.Errorf("%w: unknown kind %q", ErrInvalidResolution, r.Kind)
+}
+
+// decideCancel is DecideResolution's row for cancelling an outbox entry.
+func decideCancel(op *Operation, reason string, refuse func(string) (Plan, error)) (Plan, error) {
+	switch {
+	case op.State == StateConflicting:
+		return refuse("a conflict record has no outbox entry")
+	case op.HandedOffAt == nil:
+		return refuse("it was never handed off, so it has no outbox entry to cancel")
+	case op.State.Confirmed():
+		return refuse("the effect is already confirmed (" + op.ResultID + ")")
+	case op.State == StateTerminalFailure:
+		return refuse("its entry is already out of the relay's queue; replay it to hand it back")
+	case op.State == StateEffectIndeterminate:
+		return refuse("an attempt may have taken effect; settle it with happened, not_happened or abandon")
+	}
+	if a := op.LastAttempt; a != nil && (a.Outcome == "" || a.Outcome == OutcomeUnknown) {
+		return refuse(fmt.Sprintf("attempt %d has no known outcome, so the effect may have happened; "+
+			"wait until it is settled or parked as indeterminate", a.N))
+	}
+	return terminal(plan(ActExhaust, Ack, reason, StateTerminalFailure)), nil
 }
 
 func grant(reason string) Plan {

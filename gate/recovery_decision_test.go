@@ -254,3 +254,52 @@ func TestCommitShapeRows(t *testing.T) {
 		}
 	})
 }
+
+// TestDecideCancel: an outbox entry is cancelled only while its operation
+// is open, handed off, and no attempt of it is in doubt; the operation then
+// ends terminally with a dead letter, never as done.
+func TestDecideCancel(t *testing.T) {
+	t.Parallel()
+	handed := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, s := range States {
+		for _, c := range []struct {
+			name    string
+			attempt Outcome
+			count   int
+			handoff bool
+			ok      bool
+		}{
+			{"no attempt yet", "", 0, true, true},
+			{"a documented failure", OutcomeRetryable, 1, true, true},
+			{"an attempt with no result", "", 1, true, false},
+			{"an unknown outcome", OutcomeUnknown, 1, true, false},
+			{"never handed off", "", 0, false, false},
+		} {
+			o := op(s, c.count, c.attempt, &first)
+			if c.handoff {
+				o.HandedOffAt = &handed
+			}
+			if s == StateConflicting {
+				o.ConflictOf = "op_0"
+			}
+			p, err := DecideResolution(o, resolution(ResolveCancel))
+			open := s == StateReceived || s == StateReserved || s == StatePendingEffect
+			if !c.ok || !open {
+				if !errors.Is(err, ErrRefused) || p.Action != "" {
+					t.Errorf("cancel on %s, %s: plan %s, err %v; want refused", s, c.name, p.Action, err)
+				}
+				continue
+			}
+			if err != nil || p.Action != ActExhaust || !slices.Equal(p.Path, []State{StateTerminalFailure}) || !p.DeadLetter || p.Grant {
+				t.Errorf("cancel on %s, %s: plan %+v, err %v", s, c.name, p, err)
+				continue
+			}
+			if _, err := Path(s, p.Path...); err != nil {
+				t.Errorf("cancel on %s: the ledger would refuse %v: %v", s, p.Path, err)
+			}
+		}
+	}
+	if _, err := DecideResolution(op(StatePendingEffect, 0, "", nil), resolution(OutboxRetryNow)); !errors.Is(err, ErrInvalidResolution) {
+		t.Errorf("retry_now through Resolve: %v", err)
+	}
+}

@@ -109,3 +109,21 @@ func (p *ReconcilePolicy) UnmarshalJSON(b []byte) error {
 	p.Interval, p.MaxInterval, p.RatePerSecond = time.Duration(j.Interval), time.Duration(j.MaxInterval), j.RatePerSecond
 	return nil
 }
+
+type handoffJSON struct {
+	RetryMin jsonDuration `json:"retry_min"`
+	RetryMax jsonDuration `json:"retry_max"`
+}
+
+func (h HandoffSpec) MarshalJSON() ([]byte, error) {
+	return json.Marshal(handoffJSON{jsonDuration(h.RetryMin), jsonDuration(h.RetryMax)})
+}
+
+func (h *HandoffSpec) UnmarshalJSON(b []byte) error {
+	var j handoffJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	h.RetryMin, h.RetryMax = time.Duration(j.RetryMin), time.Duration(j.RetryMax)
+	return nil
+}

@@ -55,6 +55,9 @@ type AdminOptions struct {
 	Resolver Resolver
 	// DeadLetters lists terminal records (GET /v1/dead-letters).
 	DeadLetters DeadLetterStore
+	// Outbox makes handoff entries due at once (POST /v1/outbox/{id}/retry);
+	// without it that answers 503. Cancelling goes through Resolver.
+	Outbox OutboxActions
 
 	refusals *refusalLog
 	metrics  *admincred.Set

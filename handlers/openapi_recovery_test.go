@@ -114,3 +114,42 @@ func TestOpenAPIRecoveryAnswers(t *testing.T) {
 		token: adminToken, want: http.StatusServiceUnavailable})
 	c.do(exchange{method: http.MethodGet, url: bare.URL + "/v1/dead-letters", token: adminToken, want: http.StatusServiceUnavailable})
 }
+
+// A handoff route's outbox entry, made due now and cancelled over the admin
+// API, answers as openapi.yaml says, and each action is in the record under
+// the credential's name.
+func TestOpenAPIOutboxActions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, routeYAML("relayed", "handoff", "gateway", "    handoff:\n      retry_min: 1s\n")+
+		routeYAML("mail", "unsafe", "broker", ""))
+	c := &specClient{t: t, v: newSpecValidator(t)}
+	post := func(path, body string, want int, rc reqCheck) []byte {
+		t.Helper()
+		return c.do(exchange{method: http.MethodPost, url: e.admin.URL + path, body: []byte(body), token: adminToken, want: want, request: rc})
+	}
+	wantStatus(t, e.push("relayed", msg{ID: "h-1", Data: "x"}), http.StatusNoContent)
+	id := e.routes["relayed"].OperationID("h-1")
+	unsafe := e.indeterminate("mail", msg{ID: "m-1", Data: "x"})
+
+	rec := decode[adminapi.EvidenceRecord](t, post("/v1/outbox/"+id+"/retry", `{"reason":"downstream is back","note":"OPS-2"}`, http.StatusOK, requestConforms))
+	if n := len(rec.ManualInterventions); n != 1 || rec.ManualInterventions[0].Kind != gate.OutboxRetryNow ||
+		rec.ManualInterventions[0].Actor != handlers.ActorPrefix+"admin" || rec.Operation.State != gate.StatePendingEffect {
+		t.Fatalf("after retry: %s, %+v", rec.Operation.State, rec.ManualInterventions)
+	}
+	post("/v1/outbox/"+id+"/retry", `{"reason":" "}`, http.StatusBadRequest, requestConforms)
+	post("/v1/outbox/"+id+"/retry", `{"reason":"r","force":true}`, http.StatusBadRequest, requestViolates)
+	post("/v1/outbox/op_aaaaaaaaaaaaaaaaaaaaaaaaaa/retry", `{"reason":"r"}`, http.StatusNotFound, requestConforms)
+	post("/v1/outbox/"+unsafe+"/cancel", `{"reason":"r"}`, http.StatusConflict, requestConforms)
+	post("/v1/operations/"+id+"/resolve", `{"kind":"cancel","reason":"r"}`, http.StatusBadRequest, requestViolates)
+
+	rec = decode[adminapi.EvidenceRecord](t, post("/v1/outbox/"+id+"/cancel", `{"reason":"order withdrawn"}`, http.StatusOK, requestConforms))
+	last := rec.ManualInterventions[len(rec.ManualInterventions)-1]
+	if rec.Operation.State != gate.StateTerminalFailure || last.Kind != gate.ResolveCancel || len(rec.DeadLetters) != 1 {
+		t.Fatalf("after cancel: %s, %+v, %+v", rec.Operation.State, last, rec.DeadLetters)
+	}
+	post("/v1/outbox/"+id+"/cancel", `{"reason":"order withdrawn"}`, http.StatusOK, requestConforms)
+	post("/v1/outbox/"+id+"/retry", `{"reason":"r"}`, http.StatusConflict, requestConforms)
+	if st := e.record(id).Operation.State; st != gate.StateTerminalFailure {
+		t.Fatalf("a refused retry moved the operation to %s", st)
+	}
+}

@@ -62,6 +62,9 @@ func handleResolve(o *AdminOptions) http.HandlerFunc {
 		case gate.ResolveReplay:
 			writeProblem(w, http.StatusBadRequest, "kind replay has its own path: POST /v1/operations/{id}/replay")
 			return
+		case gate.ResolveCancel:
+			writeProblem(w, http.StatusBadRequest, "kind cancel has its own path: POST /v1/outbox/{id}/cancel")
+			return
 		default:
 			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("kind must be happened, not_happened or abandon, not %q", gate.Bound(string(req.Kind), 64)))
 			return
@@ -91,6 +94,82 @@ func handleReplay(o *AdminOptions) http.HandlerFunc {
 		}
 		res.Kind = gate.ResolveReplay
 		o.resolve(w, r, id, res)
+	}
+}
+
+// OutboxActions changes a handoff outbox entry's schedule; storage.Ledger is
+// one. RetryOutbox answers gate.ErrNotFound when the operation has no
+// undelivered entry and gate.ErrRefused when its operation is not open.
+type OutboxActions interface {
+	RetryOutbox(ctx context.Context, id, actor, reason string) error
+}
+
+// handleOutboxCancel takes an entry out of the relay's queue: the gate
+// ends its operation terminally, under its lease, as a resolution.
+func handleOutboxCancel(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := operationID(w, r)
+		if !ok {
+			return
+		}
+		var req adminapi.OutboxActionRequest
+		if !decodeBody(w, r, &req) {
+			return
+		}
+		res, ok := recordedResolution(w, r, req.Actor, req.Reason, req.Note)
+		if !ok {
+			return
+		}
+		res.Kind = gate.ResolveCancel
+		o.resolve(w, r, id, res)
+	}
+}
+
+// handleOutboxRetry makes an entry due for the relay's next pass.
+func handleOutboxRetry(o *AdminOptions) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := operationID(w, r)
+		if !ok {
+			return
+		}
+		var req adminapi.OutboxActionRequest
+		if !decodeBody(w, r, &req) {
+			return
+		}
+		res, ok := recordedResolution(w, r, req.Actor, req.Reason, req.Note)
+		if !ok {
+			return
+		}
+		if o.Outbox == nil {
+			writeProblem(w, http.StatusServiceUnavailable, "outbox actions are not available in this process")
+			return
+		}
+		ctx := r.Context()
+		err := o.Outbox.RetryOutbox(ctx, id, res.Actor, res.Reason)
+		switch {
+		case errors.Is(err, gate.ErrInvalidResolution):
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		case errors.Is(err, gate.ErrNotFound):
+			writeProblem(w, http.StatusNotFound, "no undelivered outbox entry for "+strconv.Quote(id))
+			return
+		case errors.Is(err, gate.ErrRefused):
+			writeProblem(w, http.StatusConflict, err.Error())
+			return
+		case err != nil:
+			o.Logger.ErrorContext(ctx, "outbox retry failed", "operation_id", id, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "evidence store unavailable; nothing was recorded unless a read of the operation shows it")
+			return
+		}
+		o.Logger.InfoContext(ctx, "outbox entry made due by an operator", "operation_id", id, "actor", res.Actor)
+		rec, err := o.Evidence.Get(ctx, id)
+		if err != nil {
+			o.Logger.ErrorContext(ctx, "reading an operation failed", "operation_id", id, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "the entry is due now, but its record could not be read back; read the operation")
+			return
+		}
+		w.Header().Set(ResolutionHeader, "applied")
+		writeJSON(w, http.StatusOK, buildRecord(rec, o.Routes))
 	}
 }
 

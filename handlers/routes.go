@@ -23,6 +23,8 @@ func addAdminRoutes(r chi.Router, o *AdminOptions) {
 		r.Get("/v1/operations/{id}", handleGetOperation(o))
 		r.Post("/v1/operations/{id}/resolve", handleResolve(o))
 		r.Post("/v1/operations/{id}/replay", handleReplay(o))
+		r.Post("/v1/outbox/{id}/retry", handleOutboxRetry(o))
+		r.Post("/v1/outbox/{id}/cancel", handleOutboxCancel(o))
 		r.Get("/v1/dead-letters", handleListDeadLetters(o))
 		r.Get("/v1/routes", handleListRoutes(o))
 		r.Get("/v1/routes/{name}", handleGetRoute(o))

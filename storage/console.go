@@ -179,14 +179,18 @@ func (l *Ledger) OutboxPage(ctx context.Context, f adminapi.OutboxFilter) (admin
 		}
 		where = append(where, "(next_attempt_at, operation_id) > ("+arg(at)+", "+arg(id)+")")
 	}
-	rows, err := l.pool.Query(ctx, `SELECT operation_id, route, publication_id, created_at, next_attempt_at, passes
-		FROM outbox WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY next_attempt_at, operation_id LIMIT `+arg(limit+1), args...)
+	// The operation's state is read by primary key for the page's rows only.
+	rows, err := l.pool.Query(ctx, `SELECT e.operation_id, e.route, e.publication_id, e.created_at, e.next_attempt_at,
+			e.passes, (SELECT o.state FROM operations o WHERE o.id = e.operation_id)
+		FROM (SELECT operation_id, route, publication_id, created_at, next_attempt_at, passes
+			FROM outbox WHERE `+strings.Join(where, " AND ")+`
+			ORDER BY next_attempt_at, operation_id LIMIT `+arg(limit+1)+`) e
+		ORDER BY e.next_attempt_at, e.operation_id`, args...)
 	if err != nil {
 		return adminapi.OutboxPage{}, translate("outbox", err)
 	}
-	entries, err := collect(rows, []gate.OutboxEntry{}, func(e *gate.OutboxEntry) []any {
-		return []any{&e.OperationID, &e.Route, &e.PublicationID, &e.CreatedAt, &e.NextAttemptAt, &e.Passes}
+	entries, err := collect(rows, []adminapi.OutboxRow{}, func(e *adminapi.OutboxRow) []any {
+		return []any{&e.OperationID, &e.Route, &e.PublicationID, &e.CreatedAt, &e.NextAttemptAt, &e.Passes, &e.State}
 	})
 	if err != nil {
 		return adminapi.OutboxPage{}, translate("outbox", err)

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -177,4 +178,53 @@ func (l *Ledger) OutboxStats(ctx context.Context) ([]OutboxStat, error) {
 		return s, err
 	})
 	return out, translate("outbox stats", err)
+}
+
+// retryOutboxSQL makes an undelivered entry due now, when its operation is
+// still open, and records who asked, in one statement: the schedule never
+// moves without its intervention row. An entry already due keeps its
+// earlier time, and its place in the relay's order. It answers the state
+// the entry's operation was found in, and whether the entry was made due.
+const retryOutboxSQL = `
+WITH e AS (
+	SELECT e.operation_id, o.state, o.fence FROM outbox e JOIN operations o ON o.id = e.operation_id
+	WHERE e.operation_id = $1 AND e.delivered_at IS NULL
+	FOR UPDATE OF e
+), due AS (
+	UPDATE outbox x SET next_attempt_at = least(x.next_attempt_at, statement_timestamp())
+	FROM e WHERE x.operation_id = e.operation_id AND e.state IN ('received', 'reserved', 'pending_effect')
+	RETURNING x.operation_id
+), kept AS (
+	INSERT INTO interventions (operation_id, kind, actor, reason, from_state, to_state, fence, at)
+	SELECT e.operation_id, 'retry_now', $2, $3, e.state, e.state, e.fence, statement_timestamp()
+	FROM e JOIN due ON due.operation_id = e.operation_id
+)
+SELECT e.state, EXISTS (SELECT 1 FROM due) FROM e`
+
+// RetryOutbox makes operation id's undelivered outbox entry due at once,
+// for the next relay pass, and records the operator's request as a
+// retry_now intervention. It holds no lease: it changes only when the
+// relay may take the entry up, and the pass still takes the operation's
+// lease before any call. Errors: gate.ErrNotFound when there is no
+// undelivered entry, gate.ErrRefused when its operation is no longer open
+// (the relay would leave the entry alone however due it was), and
+// gate.ErrInvalidResolution for an actor or reason the ledger must not keep.
+func (l *Ledger) RetryOutbox(ctx context.Context, id, actor, reason string) error {
+	if err := (gate.Resolution{Kind: gate.OutboxRetryNow, Actor: actor, Reason: reason}).Check(); err != nil {
+		return err
+	}
+	var (
+		state gate.State
+		due   bool
+	)
+	err := l.pool.QueryRow(ctx, retryOutboxSQL, id, actor, reason).Scan(&state, &due)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("storage: retry outbox: %w: no undelivered outbox entry for %s", gate.ErrNotFound, id)
+	case err != nil:
+		return translate("retry outbox", err)
+	case !due:
+		return fmt.Errorf("%w: %s is %s: the relay takes up only entries of open operations", gate.ErrRefused, id, state)
+	}
+	return nil
 }

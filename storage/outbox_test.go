@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/gate/gatetest"
 	"github.com/ackgate/ackgate/internal/testenv"
@@ -295,5 +297,122 @@ func TestHandoffStoresNoPrivateAttribute(t *testing.T) {
 		+ (SELECT count(*) FROM deliveries d WHERE d::text LIKE '%s3cr3t%') + (SELECT count(*) FROM attempts a WHERE a::text LIKE '%s3cr3t%')
 		+ (SELECT count(*) FROM transitions x WHERE x::text LIKE '%s3cr3t%') + (SELECT count(*) FROM outbox e WHERE e::text LIKE '%s3cr3t%')`); n != 0 {
 		t.Fatalf("the private attribute's value is in %d rows of the ledger", n)
+	}
+}
+
+// An operator's retry-now makes a held-off entry due for the next relay
+// pass, and a cancel takes it out of the relay's queue into the terminal
+// lane; each is kept as an intervention under the operator's name, and
+// neither applies where it would mean nothing or hide an effect.
+func TestOutboxRetryNowAndCancel(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	t.Cleanup(func() { rdb.Close() })
+	res := storage.NewReservations(rdb)
+	fx := &gatetest.Effects{Dedupe: true}
+	g := &gate.Gate{Ledger: l, Reservations: res, Effects: fx, Local: l,
+		Owner: "gw-test", Now: time.Now, NewToken: func() string { return fmt.Sprint(tokens.Add(1)) }}
+	route := &gate.Route{Name: "orders", Tenant: "t1", Broker: gate.BrokerPubSub, Shape: gate.ShapeHandoff,
+		Key: gate.KeySource{Kind: gate.KeyMessageID}, Fingerprint: gate.FingerprintSpec{Version: 1, Data: true},
+		Effect: gate.EffectSpec{Timeout: 5 * time.Second}, MaxAttempts: 3, DeadLetter: gate.DeadLetterGateway,
+		AckDeadline: 10 * time.Second, Retention: 8 * 24 * time.Hour, ContractVersion: "v1", DedupeWindow: time.Hour}
+	out, err := g.Deliver(ctx, route, &gate.Message{Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s",
+		MessageID: "m-retry", Data: []byte(`{"n":1}`), PublishTime: time.Now().Add(-time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Finish(ctx, nil, true)
+	id := out.OperationID
+	claim := func() []*gate.OutboxEntry {
+		t.Helper()
+		got, err := l.ClaimOutbox(ctx, []string{"orders"}, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	stateOnPage := func() gate.State {
+		t.Helper()
+		page, err := l.OutboxPage(ctx, adminapi.OutboxFilter{Route: "orders"})
+		if err != nil || len(page.Entries) != 1 || page.Entries[0].OperationID != id {
+			t.Fatalf("outbox page: %+v, %v", page, err)
+		}
+		return page.Entries[0].State
+	}
+
+	// Held off for an hour, as after a failed pass; retry-now makes it due.
+	must(t, l.RescheduleOutbox(ctx, id, time.Now().Add(time.Hour)))
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("a held-off entry was due: %d", len(got))
+	}
+	if err := l.RetryOutbox(ctx, id, "console:alice", ""); !errors.Is(err, gate.ErrInvalidResolution) {
+		t.Fatalf("retry without a reason: %v", err)
+	}
+	if err := l.RetryOutbox(ctx, "op_nosuch", "console:alice", "downstream is back"); !errors.Is(err, gate.ErrNotFound) {
+		t.Fatalf("retry of no entry: %v", err)
+	}
+	must(t, l.RetryOutbox(ctx, id, "console:alice", "downstream is back"))
+	if got := claim(); len(got) != 1 || got[0].OperationID != id {
+		t.Fatalf("after retry-now the entry was not due: %d", len(got))
+	}
+	if s := stateOnPage(); s != gate.StatePendingEffect {
+		t.Fatalf("outbox page state %s", s)
+	}
+	rec := mustGet(t, l, id)
+	if n := len(rec.Interventions); n != 1 || rec.Interventions[0].Kind != gate.OutboxRetryNow ||
+		rec.Interventions[0].Actor != "console:alice" || rec.Interventions[0].Reason != "downstream is back" ||
+		rec.Interventions[0].From != gate.StatePendingEffect || rec.Interventions[0].To != gate.StatePendingEffect {
+		t.Fatalf("interventions after retry-now: %+v", rec.Interventions)
+	}
+
+	// A relay pass holding the lease: cancel waits for it.
+	lease, err := res.Acquire(ctx, id, "relay-x", time.Minute, rec.Fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel := gate.Resolution{Kind: gate.ResolveCancel, Actor: "console:bob", Reason: "customer withdrew the order"}
+	if _, _, err := g.Resolve(ctx, id, cancel); !errors.Is(err, gate.ErrHeld) {
+		t.Fatalf("cancel under a relay's lease: %v", err)
+	}
+	must(t, res.Release(ctx, lease))
+
+	op, changed, err := g.Resolve(ctx, id, cancel)
+	if err != nil || !changed || op.State != gate.StateTerminalFailure {
+		t.Fatalf("cancel: %+v, %v, %v", op, changed, err)
+	}
+	if _, changed, err := g.Resolve(ctx, id, cancel); err != nil || changed {
+		t.Fatalf("the same cancel again: changed %v, %v", changed, err)
+	}
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("a cancelled entry was due: %d", len(got))
+	}
+	if s := stateOnPage(); s != gate.StateTerminalFailure {
+		t.Fatalf("outbox page state after cancel %s", s)
+	}
+	if err := l.RetryOutbox(ctx, id, "console:alice", "try again"); !errors.Is(err, gate.ErrRefused) {
+		t.Fatalf("retry of a cancelled entry: %v", err)
+	}
+	rec = mustGet(t, l, id)
+	last := rec.Interventions[len(rec.Interventions)-1]
+	if len(rec.Interventions) != 2 || last.Kind != gate.ResolveCancel || last.Actor != "console:bob" ||
+		last.From != gate.StatePendingEffect || last.To != gate.StateTerminalFailure || len(rec.DeadLetters) != 1 {
+		t.Fatalf("after cancel: interventions %+v, dead letters %+v", rec.Interventions, rec.DeadLetters)
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM outbox WHERE operation_id = $1 AND data IS NOT NULL AND delivered_at IS NULL`, id); n != 1 {
+		t.Fatalf("the cancelled entry did not keep its message for a replay")
+	}
+	// Cancel is not a way to end what already ended.
+	if _, _, err := g.Resolve(ctx, id, gate.Resolution{Kind: gate.ResolveCancel, Actor: "console:bob", Reason: "again"}); !errors.Is(err, gate.ErrRefused) {
+		t.Fatalf("cancel of a terminal operation: %v", err)
+	}
+
+	// A replay hands it back to the relay.
+	if _, _, err := g.Resolve(ctx, id, gate.Resolution{Kind: gate.ResolveReplay, Actor: "console:bob", Reason: "order reinstated"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(); len(got) != 1 {
+		t.Fatalf("a replayed entry was not due: %d", len(got))
 	}
 }

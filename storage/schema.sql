@@ -325,10 +325,14 @@ CREATE TABLE dead_letters (
 CREATE INDEX dead_letters_operation ON dead_letters (operation_id, id);
 
 -- Operators' resolutions: who, why, and what each changed under which fence.
+-- A handoff route's outbox entry may be cancelled (the operation ends
+-- terminally) or made due at once (retry_now: the state stays, from_state
+-- = to_state), and each is kept here like any other resolution.
 CREATE TABLE interventions (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     operation_id text NOT NULL REFERENCES operations (id) ON DELETE CASCADE,
-    kind         text NOT NULL CHECK (kind IN ('happened', 'not_happened', 'abandon', 'replay')),
+    kind         text NOT NULL CONSTRAINT interventions_kind_check
+        CHECK (kind IN ('happened', 'not_happened', 'abandon', 'replay', 'cancel', 'retry_now')),
     actor        text NOT NULL CHECK (actor <> '' AND length(actor) <= 256),
     reason       text NOT NULL CHECK (reason <> ''),
     result_id    text NOT NULL DEFAULT '',

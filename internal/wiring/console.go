@@ -18,6 +18,8 @@ var (
 	_ console.SessionStore        = (*storage.ConsoleSessions)(nil)
 	_ console.Ledger              = (*storage.Ledger)(nil)
 	_ console.Resolver            = (*gate.Gate)(nil)
+	_ console.PoisonStore         = (*storage.PoisonLog)(nil)
+	_ console.OutboxActions       = (*storage.Ledger)(nil)
 	_ console.AuthFailureRecorder = (*telemetry.Metrics)(nil)
 )
 
@@ -31,7 +33,7 @@ func withConsole(s config.Settings, routes []*gate.Route, log *slog.Logger, m *t
 	}
 	c, err := console.New(console.Options{
 		Credentials: creds, Sessions: storage.NewConsoleSessions(g.Redis), AuthLimiter: limiter,
-		Ledger: g.Ledger, Resolver: g.Gate, Routes: routes, Logger: log,
+		Ledger: g.Ledger, Resolver: g.Gate, Poison: g.Poison, Outbox: g.Ledger, Routes: routes, Logger: log,
 		AuthFailures: m, TraceURL: s.ConsoleTraceURL, SessionTTL: s.ConsoleSessionTTL, AllowHTTP: s.ConsoleAllowHTTP,
 	})
 	if err != nil {

@@ -248,7 +248,7 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	admin := handlers.NewAdmin(handlers.AdminOptions{
 		Credentials: creds, Evidence: g.Ledger, Routes: o.Routes, Logger: log, AuthLimiter: limiter,
 		Metrics: tel.MetricsHandler, MetricsToken: s.MetricsToken, AuthFailures: tel.Metrics, Poison: g.Poison,
-		Resolver: g.Gate, DeadLetters: g.Ledger,
+		Resolver: g.Gate, DeadLetters: g.Ledger, Outbox: g.Ledger,
 	})
 	if g.Admin, err = withConsole(s, o.Routes, log, tel.Metrics, g, admin, creds, limiter); err != nil {
 		return nil, err
