@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/internal/testenv"
 )
@@ -152,6 +153,38 @@ func TestEvidenceNamesTheContractOfTheNewestAttempt(t *testing.T) {
 	if rec.Contract == nil || rec.Contract.ContractVersion != y {
 		t.Errorf("record's route contract %+v, want the loaded one %s", rec.Contract, y)
 	}
+}
+
+// The same on an effect an operator confirmed: the statement says it was
+// confirmed on the operator's word, and names the contract of the newest
+// attempt, as the evidence does, not the one the operation began with.
+func TestOperatorConfirmedStatementNamesTheNewestAttemptsContract(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, routeYAML("mail", "unsafe", "broker", ""))
+	x := e.routes["mail"].ContractVersion
+	m := msg{ID: "m-contract-op", Data: "x"}
+	id := e.opID("mail", m)
+	body := envelope(m)
+
+	e.down.set(status(http.StatusServiceUnavailable))
+	wantStatus(t, e.pushRaw("mail", body), http.StatusServiceUnavailable)
+	if st := e.record(id).Operation.State; st != gate.StatePendingEffect {
+		t.Fatalf("after the refused first attempt: %s, want pending_effect", st)
+	}
+
+	e.rewire(routeYAML("mail", "unsafe", "broker", "    max_attempts: 6\n"))
+	y := e.routes["mail"].ContractVersion
+	e.down.set(dropAfterApply)
+	wantStatus(t, e.pushRaw("mail", body), http.StatusServiceUnavailable)
+	e.waitState(id, gate.StateEffectIndeterminate)
+	wantAnswer(t, e.resolveOp(id, adminapi.ResolveRequest{Kind: gate.ResolveHappened, ResultID: "res-op-1",
+		Reason: "found in the provider's log", Actor: "alice"}), http.StatusOK)
+
+	rec := e.adminRecord(id, func(r *recordJSON) bool { return gate.State(r.Operation.State).Confirmed() })
+	if !strings.Contains(rec.Statement, "operator") {
+		t.Fatalf("statement does not say an operator confirmed it: %s", rec.Statement)
+	}
+	wantContracts(t, rec, x, y)
 }
 
 // wantContracts checks a record whose first attempt ran under contract x and
