@@ -211,6 +211,11 @@ type env struct {
 	tel    *telemetry.Telemetry
 	spans  *tracetest.InMemoryExporter
 	logs   *testenv.SyncBuffer
+	// environ, settings and log are what the gateway was built with, so
+	// rewire can build its successor on the same database and Redis.
+	environ  map[string]string
+	settings config.Settings
+	log      *slog.Logger
 	// returned holds, per request a test numbered (settleHeader), a channel
 	// closed when its handler has returned, so settle knows the delivery
 	// has handed over its post-response work.
@@ -319,6 +324,18 @@ func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]
 		t.Fatalf("settings: %v", err)
 	}
 
+	e.environ, e.settings, e.log = environ, settings, log
+	e.wire(routesYAML)
+	return e
+}
+
+// wire builds the gateway for routesYAML, as `gateway serve` would, with
+// its ingest and admin listeners.
+func (e *env) wire(routesYAML string) {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	getenv := func(k string) string { return e.environ[k] }
 	yaml := strings.ReplaceAll("routes:\n"+routesYAML, "{{DOWN}}", e.down.URL())
 	routes, err := config.ParseRoutes([]byte(yaml))
 	if err != nil {
@@ -329,7 +346,7 @@ func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]
 		e.routes[r.Name] = r
 	}
 	gw, err := wiring.New(ctx, wiring.Options{
-		Settings: settings, Routes: routes, Getenv: getenv, Logger: log, Telemetry: tel, Now: e.clock.Now,
+		Settings: e.settings, Routes: routes, Getenv: getenv, Logger: e.log, Telemetry: e.tel, Now: e.clock.Now,
 	})
 	if err != nil {
 		t.Fatalf("wiring: %v", err)
@@ -346,7 +363,17 @@ func newEnvTraced(t testing.TB, dedupe bool, routesYAML string, vars map[string]
 	t.Cleanup(e.ingest.Close)
 	e.admin = httptest.NewServer(gw.Admin)
 	t.Cleanup(e.admin.Close)
-	return e
+}
+
+// rewire stops the gateway and starts its successor on the same database
+// and Redis with routesYAML, as a deploy of a changed routes file does:
+// operations begun under the old contracts are delivered under the new.
+func (e *env) rewire(routesYAML string) {
+	e.t.Helper()
+	e.ingest.Close()
+	e.admin.Close()
+	e.gw.Close()
+	e.wire(routesYAML)
 }
 
 // msg is a Pub/Sub message as a test writes it.
@@ -402,12 +429,22 @@ func (e *env) settle(n string) {
 
 func (e *env) pushRaw(route string, body []byte) reply {
 	e.t.Helper()
+	return e.pushHeaders(route, body, nil)
+}
+
+// pushHeaders is pushRaw with more request headers, such as the traceparent
+// a broker's push request carries.
+func (e *env) pushHeaders(route string, body []byte, headers map[string]string) reply {
+	e.t.Helper()
 	n := strconv.FormatInt(e.requests.Add(1), 10)
 	req, err := http.NewRequest(http.MethodPost, e.ingest.URL+"/v1/push/pubsub/"+route, bytes.NewReader(body))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	req.Header.Set(settleHeader, n)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -43,7 +43,11 @@ func statement(op *gate.Operation, ivs []gate.Intervention) string {
 
 func operatorConfirmed(op *gate.Operation, iv *gate.Intervention) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, op.ContractVersion)
+	// The contract named is the newest attempt's, as in gate.Statement and
+	// the evidence's contract_version: the operator vouches for what that
+	// attempt did, which may have run under a newer contract than the
+	// operation began with.
+	fmt.Fprintf(&b, "Operation %s (route %s, key %q) under contract %s: ", op.ID, op.Route, op.Key, gate.Contract(op))
 	fmt.Fprintf(&b, "the effect was confirmed by operator %s at %s, not by the downstream: %q (result id %q). ",
 		iv.Actor, stamp(iv.At), iv.Reason, iv.ResultID)
 	fmt.Fprintf(&b, "The ledger holds no downstream evidence of it; %d attempt(s) were recorded before. ", op.AttemptCount)
