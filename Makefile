@@ -91,6 +91,7 @@ FUZZTIME ?= 10000x
 FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
 	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS \
 	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery \
+	./handlers:FuzzAdminResolve \
 	./internal/seal:FuzzSealRoundTrip
 
 fuzz:

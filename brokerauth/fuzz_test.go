@@ -26,12 +26,16 @@ func FuzzSNSVerify(f *testing.F) {
 	// Identity fields Postgres text cannot hold: a NUL byte, invalid UTF-8.
 	f.Add([]byte(`{"Type":"Notification","MessageId":"1\u0000","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","SignatureVersion":"1","Signature":"AAAA","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem"}`))
 	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\xff\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\",\"SignatureVersion\":\"2\",\"Signature\":\"AAAA\",\"SigningCertURL\":\"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem\"}"))
-	// What decoding would replace with U+FFFD: in MessageId, TopicArn, the
-	// Message, and an (unsigned) attribute value.
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"arn:aws:sns:us-east-1:1:t\u0000","Timestamp":"2026-01-01T00:00:00Z","Message":"m","SignatureVersion":"1","Signature":"AAAA","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem"}`))
+	// What decoding would replace with U+FFFD, and NUL: in MessageId,
+	// TopicArn, the Message a key pointer reads, and an (unsigned)
+	// attribute value.
 	for _, field := range []string{`"MessageId":"c1-\udcff"`, "\"MessageId\":\"c1-ff-\xfe\"", `"TopicArn":"arn:aws:sns:us-east-1:1:\ud800"`,
 		`"MessageId":"1","Message":"{\"order\":{\"id\":\"\udcfe\"}}"`, "\"MessageId\":\"1\",\"Message\":\"\xff\"",
 		`"MessageId":"1","MessageAttributes":{"k":{"Type":"String","Value":"\udbff"}}`,
-		`"MessageId":"1","MessageAttributes":{"k":{"Type":"String","Value":"\u0000"}}`} {
+		`"MessageId":"1","MessageAttributes":{"k":{"Type":"String","Value":"\u0000"}}`,
+		`"MessageId":"1","Message":"{\"order\":{\"id\":\"\\u0000\"}}"`,
+		"\"MessageId\":\"1\",\"MessageAttributes\":{\"k\":{\"Type\":\"String\",\"Value\":\"\xfe\"}}"} {
 		f.Add([]byte(`{"Type":"Notification",` + field + `,"TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","SignatureVersion":"1","Signature":"AAAA","SigningCertURL":"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem"}`))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -202,6 +202,18 @@ func TestExhaustLeaseExtensionsDuringSlowEffect(t *testing.T) {
 	if rec.Attempts[0].Outcome != gate.OutcomeUnknown {
 		t.Fatalf("slow attempt outcome %s, want unknown", rec.Attempts[0].Outcome)
 	}
+	// The call is cut 3.2s in (the broker's deadline less its margin), but
+	// renewals stop earlier, at the cap: max_extension past the first
+	// lease's end (taken for two intervals). A renewer that ignored the cap
+	// would have kept the lease to the end of the call and past it. The
+	// start is read a moment before the lease is taken, hence the slack.
+	op := rec.Operation
+	if op.LeaseStart == nil || op.LeaseDeadline == nil {
+		t.Fatalf("lease start %v, deadline %v: not recorded", op.LeaseStart, op.LeaseDeadline)
+	}
+	if limit := op.LeaseStart.Add(2*r.Renewal.Interval + r.Renewal.MaxExtension + 100*time.Millisecond); op.LeaseDeadline.After(limit) {
+		t.Fatalf("the lease was renewed to %s, past the cap at %s", op.LeaseDeadline.Format(time.RFC3339Nano), limit.Format(time.RFC3339Nano))
+	}
 }
 
 // Return a successful handler result without durable evidence: a 2xx that

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"net/http"
 	"os"
@@ -26,6 +27,9 @@ var fuzzRoutes = []*gate.Route{
 		Fingerprint: gate.FingerprintSpec{Version: 1, Pointers: []string{"/amount"}}},
 	{Name: "byprivate", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyAttribute, Name: "order_id", Hashed: true},
 		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true}, Private: []string{"order_id"},
+		HashKey: gate.NewKeyHash([]byte("fuzz-key-hash-secret-0123456789abcdef"))},
+	{Name: "byprivatepointer", Tenant: "t", Key: gate.KeySource{Kind: gate.KeyJSONPointer, Name: "/order/id", Hashed: true},
+		Fingerprint: gate.FingerprintSpec{Version: 1, Data: true}, Private: []string{"/order/id"},
 		HashKey: gate.NewKeyHash([]byte("fuzz-key-hash-secret-0123456789abcdef"))},
 }
 
@@ -132,8 +136,40 @@ func identifiedIsStorable(t *testing.T, r *gate.Route, msg *gate.Message) {
 			t.Fatalf("route %s: identified, but the %s %s: %q", r.Name, name, why, v)
 		}
 	}
-	if r.Key.Kind == gate.KeyJSONPointer {
+	if r.Key.Kind == gate.KeyJSONPointer && !r.Key.Hashed {
 		notReplaced(t, msg.Data, "route "+r.Name+": key", id.Key)
+	}
+	// A hashed key hides what it was drawn from: the value itself, before
+	// hashing, must have been as storable and as exact as any other key, or
+	// two private keys that differ only in a replaced byte hash alike.
+	if r.Key.Hashed {
+		raw, ok := "", false
+		switch r.Key.Kind {
+		case gate.KeyAttribute:
+			raw, ok = msg.Attributes[r.Key.Name]
+		case gate.KeyJSONPointer:
+			var doc any
+			dec := json.NewDecoder(bytes.NewReader(msg.Data))
+			dec.UseNumber()
+			if dec.Decode(&doc) == nil {
+				if v, err := gate.ResolvePointer(doc, r.Key.Name); err == nil {
+					raw, ok = v.(string)
+				}
+			}
+		}
+		if !ok {
+			return
+		}
+		if why := gate.Unstorable(raw); why != "" {
+			t.Fatalf("route %s: identified, but the private key before hashing %s: %q", r.Name, why, raw)
+		}
+		body := msg.Data
+		if r.Key.Kind == gate.KeyAttribute {
+			body = msg.Envelope
+		}
+		if len(body) > 0 {
+			notReplaced(t, body, "route "+r.Name+": private key", raw)
+		}
 	}
 }
 
@@ -148,6 +184,14 @@ func FuzzDecodePubSubUnwrapped(f *testing.F) {
 	f.Add([]byte("x"), "s", "m\x00", "", "order_id", "1", "c", "d")
 	f.Add([]byte("x"), "s\xff", "m", "", "order_id", "\x00", "event_type", "\xc3\x28")
 	f.Add([]byte(`{"order":{"id":"\u0000"}}`), "s", "m", "0000-01-01T00:00:00Z", "order_id", "\xff", "c", "d")
+	// Invalid UTF-8 and NUL in each identity position the headers and body
+	// carry: the id, the subscription, the key attribute (private on one
+	// route) and the key pointer (private on another).
+	f.Add([]byte("x"), "s", "c1-ff-\xfe", "", "order_id", "1", "c", "d")
+	f.Add([]byte("x"), "s\x00", "m", "", "order_id", "1", "c", "d")
+	f.Add([]byte("x"), "s", "m", "", "order_id", "7\x00", "c", "d")
+	f.Add([]byte("{\"order\":{\"id\":\"o-\xff\"}}"), "s", "m", "", "order_id", "1", "c", "d")
+	f.Add([]byte(`{"order":{"id":"o-\udcff"}}`), "s", "m", "", "order_id", "1", "c", "d")
 	f.Fuzz(func(t *testing.T, body []byte, sub, id, published, k1, v1, k2, v2 string) {
 		h := http.Header{}
 		set := func(k, v string) {
@@ -213,6 +257,13 @@ func FuzzDecodeSNS(f *testing.F) {
 	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"m","MessageAttributes":{"order_id":{"Type":"String","Value":"7\udbff"}}}`), "Notification", "", "")
 	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"m\",\"MessageAttributes\":{\"order_id\":{\"Type\":\"String\",\"Value\":\"7\x00\xff\"}}}"), "Notification", "", "")
 	f.Add([]byte(`raw body \udcff`), "Notification", "c1-ff-\xff", "arn:aws:sns:us-east-1:123456789012:t")
+	// NUL where the seeds above put invalid UTF-8: the TopicArn, the key
+	// pointer's value in Message, the raw delivery's topic header.
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"arn:aws:sns:us-east-1:1:t\u0000","Timestamp":"2026-01-01T00:00:00Z","Message":"m"}`), "Notification", "", "")
+	f.Add([]byte(`{"Type":"Notification","MessageId":"1","TopicArn":"a","Timestamp":"2026-01-01T00:00:00Z","Message":"{\"order\":{\"id\":\"\\u0000\"}}"}`), "Notification", "", "")
+	f.Add([]byte("{\"Type\":\"Notification\",\"MessageId\":\"1\",\"TopicArn\":\"a\",\"Timestamp\":\"2026-01-01T00:00:00Z\",\"Message\":\"{\\\"order\\\":{\\\"id\\\":\\\"\xff\\\"}}\"}"), "Notification", "", "")
+	f.Add([]byte(`raw body`), "Notification", "id-2", "arn:aws:sns:us-east-1:123456789012:t\x00")
+	f.Add([]byte("{\"order\":{\"id\":\"\x00\xff\"}}"), "Notification", "id-3", "arn:aws:sns:us-east-1:123456789012:t")
 	f.Fuzz(func(t *testing.T, body []byte, typ, id, topic string) {
 		h := http.Header{}
 		h.Set(hdrSNSType, typ)

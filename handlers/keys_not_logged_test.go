@@ -45,15 +45,14 @@ const keyRoutes = `
 // values go through every path a delivery can take (acked, redelivered,
 // refused terminally, retried, lost and resolved, an identity the gateway
 // refuses), with every log line captured at debug level, and neither the
-// logs nor any reason column of the ledger holds one of them.
-//
-// A key reused with another payload (a conflict) is left out here: its
-// reason is the gate's decision table's to word.
+// logs nor any reason column of the ledger holds one of them. That
+// includes a key reused with another payload: the conflict's reason names
+// the operation it conflicts with, not the key both share.
 func TestLogsAndReasonsNeverCarryKeysOrAttributeValues(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, false, keyRoutes, map[string]string{"GATEWAY_KEY_HASH_SECRET": keyHashSecret})
 	secrets := []string{"KEYATTR7731", "KEYPTR8842", "KEYPRIV9953", "REGIONVAL4410", "NOTEVAL2207",
-		"KEYATTRTERM5501", "KEYPTRLOST6602", "KEYPRIVRETRY7703", "KEYLONG"}
+		"KEYATTRTERM5501", "KEYPTRLOST6602", "KEYPRIVRETRY7703", "KEYLONG", "KEYCONFLICT3318", "REGIONOTHER6620"}
 	attrs := func(kv ...string) map[string]string {
 		m := map[string]string{"region": "REGIONVAL4410", "note": "NOTEVAL2207"}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -79,6 +78,26 @@ func TestLogsAndReasonsNeverCarryKeysOrAttributeValues(t *testing.T) {
 	id := e.indeterminate("bypointer", lost)
 	wantAnswer(t, e.resolveOp(id, adminapi.ResolveRequest{Kind: gate.ResolveAbandon, Reason: "refunded by hand", Actor: "alice"}), http.StatusOK)
 	e.down.set(nil)
+	// A key reused with another payload: the region attribute is in the
+	// route's fingerprint, so the second message conflicts with the first,
+	// under each dead-letter policy (dead-lettered in the ledger by byattr,
+	// left to the broker by bypointer).
+	wantStatus(t, e.push("byattr", msg{ID: "m-conf-1", Data: "x", Attrs: attrs("order_id", "KEYCONFLICT3318")}), http.StatusNoContent)
+	conflicting := msg{ID: "m-conf-2", Data: "x", Attrs: attrs("order_id", "KEYCONFLICT3318", "region", "REGIONOTHER6620")}
+	wantStatus(t, e.push("byattr", conflicting), http.StatusNoContent)
+	wantStatus(t, e.push("byattr", conflicting), http.StatusNoContent)
+	wantStatus(t, e.push("bypointer", msg{ID: "m-conf-3", Data: `{"order":{"id":"KEYCONFLICT3318"},"v":1}`}), http.StatusNoContent)
+	wantStatus(t, e.push("bypointer", msg{ID: "m-conf-4", Data: `{"order":{"id":"KEYCONFLICT3318"},"v":2}`}), http.StatusServiceUnavailable)
+	var list adminapi.OperationList
+	e.adminGet("/v1/operations?state=conflicting", &list)
+	if len(list.Operations) != 2 {
+		t.Fatalf("conflicting records: %+v, want one per route", list.Operations)
+	}
+	for _, op := range list.Operations {
+		if rec := e.record(op.ID); rec.Operation.Reason == "" || !strings.Contains(rec.Operation.Reason, rec.Operation.ConflictOf) {
+			t.Errorf("conflict %s: reason %q does not name the operation %s it conflicts with", op.ID, rec.Operation.Reason, rec.Operation.ConflictOf)
+		}
+	}
 	// Identities the gateway refuses: a key too long, one with a NUL.
 	long := "KEYLONG" + strings.Repeat("x", 600)
 	wantStatus(t, e.push("byattr", msg{ID: "m-long", Data: "x", Attrs: attrs("order_id", long)}), http.StatusNoContent)

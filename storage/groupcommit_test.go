@@ -15,12 +15,13 @@ import (
 // Changes that share one statement and one commit keep their own
 // conditions: a fenced, a moved and a missing operation's change each get
 // their own answer, write nothing, and take nothing from the changes beside
-// them.
+// them, in a batch of more than a handful (a guard that held only for small
+// batches would pass with fewer).
 func TestSharedStatementKeepsEachChangeApart(t *testing.T) {
 	t.Parallel()
 	l, _ := newLedger(t)
 	ops := map[string]*gate.Operation{}
-	for _, name := range []string{"ok-1", "stale", "ok-2", "ok-3"} {
+	for _, name := range []string{"ok-1", "stale", "ok-2", "ok-3", "ok-4", "ok-5", "ok-6"} {
 		ops[name] = newOperation(name)
 		createPending(t, l, ops[name])
 	}
@@ -35,8 +36,11 @@ func TestSharedStatementKeepsEachChangeApart(t *testing.T) {
 		settle(ops["stale"], 0), // a superseded owner
 		settle(ops["ok-2"], 1),
 		settle(newOperation("missing"), 1),
+		settle(ops["ok-4"], 1),
+		settle(ops["ok-5"], 1),
+		settle(ops["ok-6"], 1),
 	})
-	wants := []error{nil, gate.ErrFenced, nil, gate.ErrNotFound}
+	wants := []error{nil, gate.ErrFenced, nil, gate.ErrNotFound, nil, nil, nil}
 	for i, want := range wants {
 		if (want == nil) != (errs[i] == nil) || (want != nil && !errors.Is(errs[i], want)) {
 			t.Errorf("change %d: %v, want %v", i, errs[i], want)
@@ -48,7 +52,7 @@ func TestSharedStatementKeepsEachChangeApart(t *testing.T) {
 	if !errors.Is(errs[0], gate.ErrStateChanged) || errs[1] != nil {
 		t.Errorf("second batch: %v, %v; want ErrStateChanged and nil", errs[0], errs[1])
 	}
-	for _, name := range []string{"ok-1", "ok-2", "ok-3"} {
+	for _, name := range []string{"ok-1", "ok-2", "ok-3", "ok-4", "ok-5", "ok-6"} {
 		rec := mustGet(t, l, ops[name].ID)
 		if rec.State != gate.StateAckPending || rec.ResultID != "r-"+name || rec.Attempts[0].FinishedAt == nil {
 			t.Errorf("%s: %s result %q attempt %+v", name, rec.State, rec.ResultID, rec.Attempts[0])

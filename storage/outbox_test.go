@@ -215,6 +215,29 @@ func TestOutboxEntryLifecycle(t *testing.T) {
 	if n := countRows(t, pool, `SELECT count(*) FROM outbox WHERE data IS NOT NULL AND delivered_at IS NULL`); n != 2 {
 		t.Fatalf("%d entries keep their message for a replay, want 2", n)
 	}
+
+	// What an ended entry keeps lasts no longer than its operation: past
+	// retention the purge takes the terminal one's message with it. The
+	// parked one stays as long as its operation is unsettled, as the
+	// operation itself does, and is counted as kept open.
+	if _, err := pool.Exec(ctx, `UPDATE operations SET retain_until = now() - interval '1 second'
+		WHERE id = ANY($1)`, []string{handoffOp("terminal").ID, handoffOp("indeterminate").ID}); err != nil {
+		t.Fatal(err)
+	}
+	maint := storage.NewMaintenance(pool)
+	purged, err := maint.PurgeBatch(ctx, 100)
+	if err != nil || !slices.Equal(purged["orders"], []string{handoffOp("terminal").ID}) {
+		t.Fatalf("purged %v, %v; want the terminal operation alone", purged, err)
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM outbox WHERE operation_id = '`+handoffOp("terminal").ID+`'`); n != 0 {
+		t.Fatalf("the purged operation's outbox entry is still kept")
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM outbox WHERE operation_id = '`+handoffOp("indeterminate").ID+`' AND data IS NOT NULL`); n != 1 {
+		t.Fatalf("the parked operation's entry lost its message before an operator settled it")
+	}
+	if kept, err := maint.KeptOpen(ctx); err != nil || kept["orders"] != 1 {
+		t.Fatalf("kept open: %v, %v", kept, err)
+	}
 }
 
 var tokens atomic.Int64

@@ -190,3 +190,38 @@ func TestGatewaySessionsPlanAsLookups(t *testing.T) {
 		}
 	}
 }
+
+// A local route whose role does not exist stops the gateway at start, when
+// Postgres answers: left to run time, every delivery would be nacked as a
+// configuration fault (or, before, dead-lettered and acked as terminal).
+func TestNewRefusesALocalRouteWhoseRoleDoesNotExist(t *testing.T) {
+	t.Parallel()
+	o := options(t, map[string]string{
+		"GATEWAY_DATABASE_URL": testenv.DatabaseURL(t),
+		"GATEWAY_REDIS_URL":    "redis://" + testenv.Redis(t),
+		"GUARDED_TOKEN":        "guarded-token-0123",
+	})
+	routes, err := config.ParseRoutes([]byte(`routes:
+  - name: local-orders
+    broker: pubsub
+    auth: none
+    shape: local
+    dead_letter: gateway
+    local:
+      sql: SELECT $1::text
+      params: [idempotency_key]
+      role: ackgate_no_such_role
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Routes = routes
+	gw, err := wiring.New(context.Background(), o)
+	if err == nil {
+		gw.Close()
+		t.Fatal("New started a local route whose role does not exist")
+	}
+	if !strings.Contains(err.Error(), "local-orders") || !strings.Contains(err.Error(), "ackgate_no_such_role") {
+		t.Fatalf("New = %v, want the route and its role named", err)
+	}
+}
