@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/ackgate/ackgate/adminapi"
 	"github.com/ackgate/ackgate/gate"
@@ -26,10 +27,20 @@ func (l *Ledger) SendBatch(changes []*gate.Change) []error {
 }
 
 // HoldFlushers makes every flusher slot look busy, so steps queue up, and
-// returns a function that releases them into flushes.
+// returns a function that releases them into flushes. It first waits for
+// the flushers of earlier steps to leave: a caller has its answer before
+// its flusher looks at the queue again, and a flusher still looking would
+// take the steps meant to be held.
 func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 	c := &l.commit
-	c.mu.Lock()
+	for {
+		c.mu.Lock()
+		if c.flushers == 0 {
+			break
+		}
+		c.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
 	c.flushers = maxFlushers
 	c.mu.Unlock()
 	queued = func() int {

@@ -263,3 +263,76 @@ func TestTwoStepsOfOneOperationGoInTurn(t *testing.T) {
 		}
 	}
 }
+
+// A batch that waits on a row lock does not hold up the steps queued
+// behind it: once it has been out a while, a second flusher takes them.
+// Here the first flusher's batch is an evidence write blocked by another
+// transaction's lock on its row, and a fresh claim queued behind it must
+// commit while that lock is still held.
+func TestStalledBatchDoesNotHoldTheQueue(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	locked := newOperation("stall-locked")
+	createPending(t, l, locked)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test releases it below
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, locked.ID); err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	go func() { written <- l.Write(ctx, confirm(t, locked, "r-locked", t0)) }()
+	// The write is on the wire, waiting for the lock, before the claim queues.
+	waitFor(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	fresh := newOperation("stall-fresh")
+	claimed := make(chan error, 1)
+	go func() {
+		_, created, err := l.Claim(ctx, creating(t, fresh, "m-1", t0))
+		if err == nil && !created {
+			err = errors.New("found, not created")
+		}
+		claimed <- err
+	}()
+	select {
+	case err := <-claimed:
+		if err != nil {
+			t.Fatalf("claim behind the stalled batch: %v", err)
+		}
+	case err := <-written:
+		t.Fatalf("the locked write returned (%v) while its row was still locked", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim waited for the stalled batch: no second flusher took it")
+	}
+	if n := l.GroupCommitStalls(); n < 1 {
+		t.Errorf("%d flushers started behind a stalled batch; want at least 1", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("the write after the lock was released: %v", err)
+	}
+	if got := mustGet(t, l, locked.ID); got.ResultID != "r-locked" {
+		t.Errorf("locked operation's result %q after the lock went, want r-locked", got.ResultID)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

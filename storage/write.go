@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,15 +25,24 @@ import (
 //
 // A commit costs a WAL flush, and on a busy ledger the flushes bound
 // throughput. So concurrent deliveries' steps share one: each caller queues
-// its step, and a caller that finds fewer than maxFlushers running starts
-// one, a goroutine of the ledger's own that takes what is queued (up to
-// maxBatch) to the server as one round trip: at most one statement per step
-// kind (claim, change, answer; schema.sql), each taking its elements as
-// typed arrays, in one implicit transaction and one commit. It hands each
-// caller its own answer and goes on until the queue is empty. Nothing waits
-// on a timer: a step that arrives while a batch is on the wire rides the
-// next one, so under load batches grow by themselves and a lone delivery
-// pays only a goroutine handoff. A batch of one is a batch.
+// its step, and a caller that finds no flusher running starts one, a
+// goroutine of the ledger's own that takes what is queued (up to maxBatch)
+// to the server as one round trip: at most one statement per step kind
+// (claim, change, answer; schema.sql), each taking its elements as typed
+// arrays, in one implicit transaction and one commit. It hands each caller
+// its own answer and goes on until the queue is empty. Nothing waits on a
+// timer: a step that arrives while a batch is on the wire rides the next
+// one, so under load batches grow by themselves and a lone delivery pays
+// only a goroutine handoff. A batch of one is a batch.
+//
+// One flusher makes the largest batches, and a batch's cost in both
+// processes is mostly per statement, not per element: at 16 in flight one
+// flusher carried 18% more deliveries than two, with half the commits
+// (docs/performance.md). But a batch can stall on a row lock (a redelivery
+// of a local route's operation waits for the transaction that runs its
+// statement), and behind one flusher everything would wait with it. So a
+// batch still out after stallAfter lets a second flusher take the queue,
+// up to maxFlushers.
 //
 // A statement takes each operation once (an UPDATE cannot move one row
 // twice), so a step for an operation already in the batch waits for the
@@ -50,6 +60,9 @@ const (
 	// maxFlushers bounds the connections group commit holds at once, leaving
 	// the rest of the pool to reads.
 	maxFlushers = 2
+	// stallAfter is how long a batch may be out before the queue behind it
+	// gets a flusher of its own: several commits' time on a healthy server.
+	stallAfter = 10 * time.Millisecond
 	// batchTimeout bounds one shared round trip. It is generous: a batch
 	// that takes longer is a ledger in trouble, and every delivery in it
 	// nacks.
@@ -86,8 +99,9 @@ type committer struct {
 	flushers int
 	// batches and steps count what went to the server, for the tests and
 	// benchmarks that check the sharing; alone counts steps sent again on
-	// their own after their batch raised.
-	batches, steps, alone int
+	// their own after their batch raised; stalls counts the flushers
+	// started behind a batch out longer than stallAfter.
+	batches, steps, alone, stalls int
 }
 
 // enqueue queues one step and returns its own answer.
@@ -99,7 +113,7 @@ func (l *Ledger) enqueue(ctx context.Context, j *job) jobResult {
 	c := &l.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, j)
-	start := c.flushers < maxFlushers
+	start := c.flushers == 0
 	if start {
 		c.flushers++
 	}
@@ -126,7 +140,36 @@ func (l *Ledger) flush() {
 		c.batches++
 		c.steps += len(batch)
 		c.mu.Unlock()
+		out := new(atomic.Bool)
+		watch := time.AfterFunc(stallAfter, func() { l.relieve(out) })
 		l.send(batch)
+		out.Store(true)
+		watch.Stop()
+	}
+}
+
+// relieve starts another flusher for what queued behind a batch that is
+// still out, unless maxFlushers are already at it. While the queue is empty
+// it looks again every stallAfter until the batch returns, so a step that
+// queues late behind a stalled batch is not left waiting for it.
+func (l *Ledger) relieve(returned *atomic.Bool) {
+	if returned.Load() {
+		return
+	}
+	c := &l.commit
+	c.mu.Lock()
+	start := len(c.queue) > 0 && c.flushers < maxFlushers
+	if start {
+		c.flushers++
+		c.stalls++
+	}
+	watch := !start && c.flushers < maxFlushers
+	c.mu.Unlock()
+	switch {
+	case start:
+		go l.flush()
+	case watch:
+		time.AfterFunc(stallAfter, func() { l.relieve(returned) })
 	}
 }
 
@@ -397,6 +440,14 @@ func (l *Ledger) GroupCommitStats() (batches, steps int) {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
 	return l.commit.batches, l.commit.steps
+}
+
+// GroupCommitStalls says how many flushers were started behind a batch
+// that was out longer than stallAfter.
+func (l *Ledger) GroupCommitStalls() int {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	return l.commit.stalls
 }
 
 // GroupCommitAlone says how many steps were sent again on their own after
