@@ -57,6 +57,20 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 	return queued, release
 }
 
+// LingerAckMarks makes a lone ack mark wait d for a batch to ride, and
+// returns the number of steps queued at any moment.
+func (l *Ledger) LingerAckMarks(d time.Duration) (queued func() int) {
+	c := &l.commit
+	c.mu.Lock()
+	c.linger = d
+	c.mu.Unlock()
+	return func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue)
+	}
+}
+
 // DeadLettersQuery exposes the listing's SQL, for its plan.
 func (l *Ledger) DeadLettersQuery(f adminapi.DeadLetterFilter) (string, []any, error) {
 	sql, args, _, err := deadLettersQuery(f)

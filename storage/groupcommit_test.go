@@ -336,3 +336,50 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// An ack mark nobody else's step is queued with waits for the next
+// delivery's step and rides its round trip, rather than paying a commit of
+// its own that the next claim would queue behind.
+func TestAckMarkRidesTheNextClaim(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	queued := l.LingerAckMarks(time.Minute) // longer than the test
+	done := newOperation("ride-acked")
+	createPending(t, l, done)
+	must(t, l.Write(ctx, confirm(t, done, "r", t0)))
+	before, _ := l.GroupCommitStats()
+	marked := make(chan error, 1)
+	go func() { marked <- l.Write(ctx, acked(t, done, 1, t0)) }()
+	waitFor(t, func() bool { return queued() == 1 })
+	next := newOperation("ride-next")
+	createPending(t, l, next)
+	if err := <-marked; err != nil {
+		t.Fatalf("the ack mark: %v", err)
+	}
+	if after, _ := l.GroupCommitStats(); after-before != 1 {
+		t.Errorf("%d round trips for an ack mark and the next claim, want 1", after-before)
+	}
+	if rec := mustGet(t, l, done.ID); rec.State != gate.StateAcknowledged {
+		t.Errorf("the ack mark that rode the claim left %s", rec.State)
+	}
+}
+
+// An ack mark with no step to ride is not left behind: after its linger it
+// goes on its own.
+func TestLoneAckMarkIsWritten(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	op := newOperation("lone-acked")
+	createPending(t, l, op)
+	must(t, l.Write(ctx, confirm(t, op, "r", t0)))
+	before, _ := l.GroupCommitStats()
+	must(t, l.Write(ctx, acked(t, op, 1, t0)))
+	if after, _ := l.GroupCommitStats(); after-before != 1 {
+		t.Errorf("%d round trips for a lone ack mark, want 1", after-before)
+	}
+	if rec := mustGet(t, l, op.ID); rec.State != gate.StateAcknowledged {
+		t.Errorf("a lone ack mark left %s", rec.State)
+	}
+}

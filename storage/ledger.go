@@ -104,7 +104,7 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if c.Kind == gate.ChangeHandoff {
 		return l.handoff(ctx, c)
 	}
-	return l.enqueue(ctx, &job{kind: changeJob, id: c.OperationID, change: c}).err
+	return l.enqueue(ctx, &job{kind: changeJob, id: c.OperationID, change: c, lingers: c.Kind == gate.ChangeAcked}).err
 }
 
 // AnswerDelivery implements gate.Ledger. A delivery already answered, or

@@ -30,8 +30,8 @@ import (
 // to the server as one round trip: at most one statement per step kind
 // (claim, change, answer; schema.sql), each taking its elements as typed
 // arrays, in one implicit transaction and one commit. It hands each caller
-// its own answer and goes on until the queue is empty. Nothing waits on a
-// timer: a step that arrives while a batch is on the wire rides the next
+// its own answer and goes on until the queue is empty. No step a caller
+// waits on waits on a timer: a step that arrives while a batch is on the wire rides the next
 // one, so under load batches grow by themselves and a lone delivery pays
 // only a goroutine handoff. A batch of one is a batch.
 //
@@ -43,6 +43,12 @@ import (
 // statement), and behind one flusher everything would wait with it. So a
 // batch still out after stallAfter lets a second flusher take the queue,
 // up to maxFlushers.
+//
+// The ack mark is the one step nobody waits on: it is written after the
+// broker has its answer. A mark that finds no flusher running lingers for
+// up to ackLinger instead of starting one, so that at low concurrency it
+// rides the next delivery's claim rather than paying a commit of its own,
+// which the claim would otherwise queue behind.
 //
 // A statement takes each operation once (an UPDATE cannot move one row
 // twice), so a step for an operation already in the batch waits for the
@@ -63,6 +69,9 @@ const (
 	// stallAfter is how long a batch may be out before the queue behind it
 	// gets a flusher of its own: several commits' time on a healthy server.
 	stallAfter = 10 * time.Millisecond
+	// ackLinger is how long a lone ack mark waits for a batch to ride: a
+	// few times the gap between one answer and a busy broker's next push.
+	ackLinger = 2 * time.Millisecond
 	// batchTimeout bounds one shared round trip. It is generous: a batch
 	// that takes longer is a ledger in trouble, and every delivery in it
 	// nacks.
@@ -82,6 +91,8 @@ type job struct {
 	id     string // the operation
 	change *gate.Change
 	answer *gate.Answer
+	// lingers marks an ack mark, which does not start a flusher at once.
+	lingers bool
 	// span is the caller's, which the batch's own span continues or links.
 	span trace.Span
 	done chan jobResult
@@ -102,6 +113,10 @@ type committer struct {
 	// their own after their batch raised; stalls counts the flushers
 	// started behind a batch out longer than stallAfter.
 	batches, steps, alone, stalls int
+	// lingering is set while a timer waits to flush lingering ack marks,
+	// which it does after linger (ackLinger unless a test says otherwise).
+	lingering bool
+	linger    time.Duration
 }
 
 // enqueue queues one step and returns its own answer.
@@ -113,17 +128,40 @@ func (l *Ledger) enqueue(ctx context.Context, j *job) jobResult {
 	c := &l.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, j)
-	start := c.flushers == 0
+	start := c.flushers == 0 && !j.lingers
+	if start {
+		c.flushers++
+	}
+	linger := c.flushers == 0 && !c.lingering
+	if linger {
+		c.lingering = true
+	}
+	c.mu.Unlock()
+	switch {
+	case start:
+		go l.flush()
+	case linger:
+		time.AfterFunc(cmp.Or(c.linger, ackLinger), l.endLinger)
+	}
+	// Once queued, a step may commit whatever the caller's context says
+	// afterwards, so the caller waits for the answer that tells it so.
+	return <-j.done
+}
+
+// endLinger starts a flusher for ack marks that no batch took while they
+// lingered.
+func (l *Ledger) endLinger() {
+	c := &l.commit
+	c.mu.Lock()
+	c.lingering = false
+	start := c.flushers == 0 && len(c.queue) > 0
 	if start {
 		c.flushers++
 	}
 	c.mu.Unlock()
 	if start {
-		go l.flush()
+		l.flush()
 	}
-	// Once queued, a step may commit whatever the caller's context says
-	// afterwards, so the caller waits for the answer that tells it so.
-	return <-j.done
 }
 
 // flush sends batches until the queue is empty.
