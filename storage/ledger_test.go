@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -910,5 +911,34 @@ func TestPurgeRemovesExpiredSettledOperations(t *testing.T) {
 	}
 	if kept, err := m.KeptOpen(ctx); err != nil || kept["orders"] != 2 {
 		t.Fatalf("kept open: %v, %v; want the open and the indeterminate one", kept, err)
+	}
+}
+
+// The ledger's sessions price sequential scans out, which puts a statement
+// that has to scan past the cost where Postgres compiles it with LLVM on
+// every run: a tiny poison table's purge took most of a second. No
+// statement of the gateway's is worth compiling, so none may be.
+func TestLedgerSessionsNeverCompileAPlan(t *testing.T) {
+	t.Parallel()
+	_, pool := newLedger(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// A table with no index, so the only plan scans it.
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE few (x int); INSERT INTO few VALUES (1), (2)`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM few`).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, `"Seq Scan"`) {
+		t.Fatalf("the check needs a plan that scans, got %s", plan)
+	}
+	if strings.Contains(plan, `"JIT"`) {
+		t.Errorf("a ledger session compiled a plan: %s", plan)
 	}
 }
