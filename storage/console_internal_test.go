@@ -330,10 +330,13 @@ func (s *seededLedger) laneQueries(tb testing.TB) []planned {
 		}
 		lane(name, adminapi.LaneFilter{State: st, Limit: 50}, want...)
 		lane(name+" by route", adminapi.LaneFilter{State: st, Route: "route-2", Limit: 50}, want...)
-		msgWant := append(slices.Clone(want), "deliveries_message_id")
+		// What a message names is found through its own index, whichever
+		// way the planner then reaches the operations (by the lanes while
+		// the table is small, by id once it is large); the row budget below
+		// holds the reads to a page either way.
+		msgWant := []string{"deliveries_message_id"}
 		if st == gate.StateAcknowledged {
-			// Every state at once: what the message names is found by
-			// its own indexes, not by walking the table in time order.
+			// Every state at once: never by walking the table in time order.
 			msgWant = []string{"operations_id_key", "deliveries_message_id"}
 		}
 		lane(name+" by message id", adminapi.LaneFilter{State: st, MessageID: attrMsg, ByMessage: byMessage(attrMsg), Limit: 50}, msgWant...)
