@@ -106,6 +106,7 @@ type Relay struct {
 	names       []string
 	horizon     time.Duration
 	jitter      func(time.Duration) time.Duration
+	wake        <-chan struct{}
 }
 
 // RelayOptions builds a Relay.
@@ -128,6 +129,11 @@ type RelayOptions struct {
 	Logger   *slog.Logger
 	// Now is the clock of the reschedules; nil means time.Now.
 	Now func() time.Time
+	// Wake, when set, ends a wait for the next poll: the ledger of this
+	// process sends on it when it commits an outbox entry, so a handoff is
+	// relayed at once rather than up to Poll later. Entries handed off by
+	// other replicas still wait for the poll.
+	Wake <-chan struct{}
 }
 
 // NewRelay keeps the handoff routes of o.Routes.
@@ -142,7 +148,8 @@ func NewRelay(o RelayOptions) (*Relay, error) {
 		return nil, fmt.Errorf("recovery: relay concurrency %d must be at least 1", o.Concurrency)
 	}
 	r := &Relay{outbox: o.Outbox, relayer: o.Relayer, recorder: o.Recorder, log: o.Logger, poll: o.Poll,
-		concurrency: o.Concurrency, limits: o.Limits, now: o.Now, routes: map[string]*gate.Route{}, jitter: equalJitter}
+		concurrency: o.Concurrency, limits: o.Limits, now: o.Now, routes: map[string]*gate.Route{}, jitter: equalJitter,
+		wake: o.Wake}
 	if r.limits == nil {
 		r.limits = NewRelayLimits(o.Routes, o.Concurrency)
 	}
@@ -177,7 +184,8 @@ func (r *Relay) Horizon() time.Duration { return r.horizon }
 // limit is free (or none of its passes runs) before it claims again, so
 // claims come in batches rather than one entry per finished pass. A round
 // that finds less than it asked for has emptied the due entries, and the
-// next one comes after Poll.
+// next one comes after Poll, or sooner when Wake says an entry was handed
+// off.
 func (r *Relay) Run(ctx context.Context) {
 	if len(r.names) == 0 {
 		return
@@ -213,6 +221,7 @@ func (r *Relay) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(r.poll):
+		case <-r.wake:
 		}
 	}
 }

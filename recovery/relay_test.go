@@ -423,6 +423,28 @@ func TestHandoffAcksBeforeASlowerDownstream(t *testing.T) {
 	}
 }
 
+// A handoff committed by this process wakes its relay: with a poll of a
+// minute, twice as long as the test waits for each entry, an idle relay
+// relays an entry only because the ledger told it of the handoff.
+func TestHandoffWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	c := newCluster(t, 1, handoffRoutes(s, ""), map[string]string{"GATEWAY_RELAY_POLL": "1m"})
+	r := c.replicas[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.gw.Relay.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for i, m := range []string{"m-first", "m-second"} {
+		if code := r.push(t, "ship", m, fmt.Sprintf(`{"n":%d}`, i)); code != http.StatusNoContent {
+			t.Fatalf("push %s: %d, want 204", m, code)
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool { return c.op(t, "ship", m).State == "acknowledged" },
+			func() string { return m + " not relayed: " + c.op(t, "ship", m).State })
+	}
+}
+
 // A route whose downstream neither deduplicates nor can be asked (no
 // dedupe window, no lookup) parks an entry whose response was lost: the
 // operation goes to the indeterminate lane, is never resent, and the entry

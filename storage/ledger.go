@@ -30,12 +30,20 @@ type Ledger struct {
 	// sealer keeps the outbox's private values sealed (sealing.go); nil
 	// when no route has any.
 	sealer Sealer
+	// handedOff is told of every outbox entry committed; nil when nobody
+	// listens.
+	handedOff func()
 }
 
 var _ gate.Ledger = (*Ledger)(nil)
 
 // LedgerOption adjusts a new Ledger.
 type LedgerOption func(*Ledger)
+
+// OnHandoff has the ledger call f after it commits an outbox entry, so
+// that a relay in the same process looks at once instead of at its next
+// poll. f must not block.
+func OnHandoff(f func()) LedgerOption { return func(l *Ledger) { l.handedOff = f } }
 
 // NewLedger uses pool for every call; the pool belongs to the caller.
 func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
@@ -53,7 +61,16 @@ func (l *Ledger) Claim(ctx context.Context, c *gate.Change) (*gate.Operation, bo
 		return nil, false, err
 	}
 	r := l.enqueue(ctx, &job{kind: claimJob, id: c.OperationID, change: c})
+	if r.created && c.Outbox != nil {
+		l.tellHandedOff()
+	}
 	return r.op, r.created, r.err
+}
+
+func (l *Ledger) tellHandedOff() {
+	if l.handedOff != nil {
+		l.handedOff()
+	}
 }
 
 // FindByID implements gate.Ledger: the operation as Claim finds it, and
@@ -102,7 +119,11 @@ func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 		return err
 	}
 	if c.Kind == gate.ChangeHandoff {
-		return l.handoff(ctx, c)
+		err := l.handoff(ctx, c)
+		if err == nil {
+			l.tellHandedOff()
+		}
+		return err
 	}
 	return l.enqueue(ctx, &job{kind: changeJob, id: c.OperationID, change: c, lingers: c.Kind == gate.ChangeAcked}).err
 }

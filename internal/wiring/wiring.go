@@ -108,6 +108,9 @@ type Gateway struct {
 
 	effects      *downstream.Client
 	lanesRefresh time.Duration
+	// handedOff carries the ledger's word that an outbox entry committed
+	// to the relay (storage.OnHandoff, RelayOptions.Wake).
+	handedOff chan struct{}
 }
 
 // redisBufferSize sizes each Redis connection's read and write buffers.
@@ -210,6 +213,15 @@ func New(ctx context.Context, o Options) (_ *Gateway, err error) {
 	if ring != nil {
 		ledgerOpts = append(ledgerOpts, storage.SealOutbox(ring))
 	}
+	// A handoff committed here wakes this process's relay; with the relay
+	// busy or idle for want of handoff routes, the wake is dropped.
+	g.handedOff = make(chan struct{}, 1)
+	ledgerOpts = append(ledgerOpts, storage.OnHandoff(func() {
+		select {
+		case g.handedOff <- struct{}{}:
+		default:
+		}
+	}))
 	g.Ledger = storage.NewLedger(g.Pool, ledgerOpts...)
 	g.Subscriptions = storage.NewSubscriptions(g.Pool)
 	g.Poison = storage.NewPoisonLog(g.Pool, 0)
@@ -405,6 +417,7 @@ func (g *Gateway) relay(s config.Settings, routes []*gate.Route, tel *telemetry.
 	if g.Relay, err = recovery.NewRelay(recovery.RelayOptions{
 		Outbox: g.Ledger, Relayer: &relayGate, Routes: routes, Poll: s.RelayPoll,
 		Concurrency: int(s.RelayConcurrency), Limits: limits, Recorder: recorder, Logger: log, Now: now,
+		Wake: g.handedOff,
 	}); err != nil {
 		return err
 	}
