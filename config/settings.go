@@ -136,7 +136,7 @@ type Settings struct {
 	LanesRefresh  time.Duration `envconfig:"LANES_REFRESH" default:"15s" desc:"how often the lane gauges are counted in the ledger; scrapes read the last count"`
 	ReconcilePoll time.Duration `envconfig:"RECONCILE_POLL" default:"5s" desc:"how often each replica looks for indeterminate operations of lookup routes due for a check"`
 	// The handoff relay (recovery.Relay), run only when a route is handoff.
-	RelayPoll        time.Duration `envconfig:"RELAY_POLL" default:"500ms" desc:"how often each replica looks for due outbox entries of handoff routes when the last look found none"`
+	RelayPoll        time.Duration `envconfig:"RELAY_POLL" default:"500ms" desc:"how often each replica looks for due outbox entries of handoff routes when the last look found none; a handoff the replica commits itself wakes its relay at once"`
 	RelayConcurrency int64         `envconfig:"RELAY_CONCURRENCY" default:"64" desc:"most outbox entries of one handoff route one replica relays at the same time (1 to 256); below it the relay adapts to the downstream, starting at 4"`
 	PurgeInterval    time.Duration `envconfig:"PURGE_INTERVAL" default:"1m" desc:"pause between runs of the retention purge"`
 	PurgeBatch       int64         `envconfig:"PURGE_BATCH" default:"500" desc:"operations one purge statement removes (1 to 10000); each batch is a transaction of its own"`
