@@ -179,9 +179,9 @@ func NewPool(ctx context.Context, databaseURL string, opts ...PoolOption) (*pgxp
 //
 // Pricing a strategy out adds a constant of ten billion to any plan that
 // still has to use it, and past a cost of 100,000 Postgres compiles the
-// plan with LLVM on every run: the retention sweep and the poison purge,
-// which scan tables of a few rows, took 0.3 to 1 s of the server's CPU each
-// time they ran. None of the gateway's statements runs long enough to
+// plan with LLVM on every run: the sweep of open work into the lanes and
+// the poison purge, which scan tables of a few rows, took 0.3 to 1 s of the
+// server's CPU each time they ran. None of the gateway's statements runs long enough to
 // repay a compilation, so JIT is off in its sessions.
 func PlanAsLookups(params map[string]string) {
 	for p, v := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
