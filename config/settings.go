@@ -107,9 +107,10 @@ type Settings struct {
 	// collects sooner as the process nears the limit, trading CPU for memory.
 	// The rest of the limit is left for what the runtime does not count (the
 	// binary's pages, thread stacks) and for the live heap overshooting a soft
-	// limit under a burst.
+	// limit under a burst; SoftMemoryLimit keeps at least uncountedReserve of
+	// it.
 	MemoryLimit      int64   `envconfig:"MEMORY_LIMIT" desc:"memory this process may use, such as its container's limit, in bytes or with a KiB, MiB or GiB suffix; MEMORY_LIMIT_RATIO of it becomes the Go runtime's soft memory limit (unset: none, and GOMEMLIMIT applies if set)"`
-	MemoryLimitRatio float64 `envconfig:"MEMORY_LIMIT_RATIO" default:"0.9" desc:"share of MEMORY_LIMIT given to the Go runtime as its soft limit (0.5 to 1)"`
+	MemoryLimitRatio float64 `envconfig:"MEMORY_LIMIT_RATIO" default:"0.9" desc:"share of MEMORY_LIMIT given to the Go runtime as its soft limit (0.5 to 1), lowered to leave 32MiB of the limit for what the runtime does not count, but not below half of it"`
 	// MaxClockSkew bounds how far ahead of this gateway's clock a Pub/Sub
 	// publishTime may be: a later one did not come from a broker that keeps
 	// our time, and it would hide a message's age from the retention check.
@@ -837,13 +838,26 @@ func parseRatio(raw string) (float64, error) {
 	return f, nil
 }
 
+// uncountedReserve is the part of a memory limit the Go runtime's own
+// accounting never sees: mostly the binary's pages the process has touched
+// (its code and read-only data, about 25 MiB resident once it has served a
+// while; docs/performance.md, "What bounds each figure"), then libc and
+// thread stacks. A share of the limit alone does not leave it: 10% of 256Mi
+// is 25.6 MiB, so a heap held at the soft limit put the process at the
+// container's limit.
+const uncountedReserve = 32 << 20
+
 // SoftMemoryLimit is the limit serve gives the Go runtime
-// (debug.SetMemoryLimit), or 0 when MemoryLimit is unset.
+// (debug.SetMemoryLimit), or 0 when MemoryLimit is unset: MemoryLimitRatio of
+// the limit, lowered where needed to leave uncountedReserve beside it, but
+// never below half the limit (a smaller soft limit than that would have the
+// collector running all the time, for memory the process cannot give back).
 func (s Settings) SoftMemoryLimit() int64 {
 	if s.MemoryLimit <= 0 {
 		return 0
 	}
-	return int64(float64(s.MemoryLimit) * s.MemoryLimitRatio)
+	share := int64(float64(s.MemoryLimit) * s.MemoryLimitRatio)
+	return min(share, max(s.MemoryLimit-uncountedReserve, s.MemoryLimit/2))
 }
 
 // parseList splits a comma-separated list. Spaces around items and empty

@@ -498,9 +498,25 @@ func TestMemoryLimitSettings(t *testing.T) {
 			t.Errorf("GATEWAY_MEMORY_LIMIT=%s: %d, %v; want %d", raw, s.MemoryLimit, err, want)
 		}
 	}
-	s, err = config.LoadSettings(env(map[string]string{"GATEWAY_MEMORY_LIMIT": "200MiB", "GATEWAY_MEMORY_LIMIT_RATIO": "0.75"}))
-	if err != nil || s.SoftMemoryLimit() != 150<<20 {
-		t.Errorf("200MiB at 0.75: soft limit %d, %v; want %d", s.SoftMemoryLimit(), err, 150<<20)
+	// The soft limit is the ratio's share of the limit, lowered to leave 32MiB
+	// beside it for the binary's pages, but not below half the limit.
+	for _, c := range []struct {
+		limit, ratio string
+		want         int64
+	}{
+		{"200MiB", "0.75", 150 << 20},     // the share leaves more than 32MiB
+		{"256MiB", "0.9", 224 << 20},      // 230.4MiB would leave 25.6
+		{"1GiB", "0.9", 1 << 30 * 9 / 10}, // 10% is far more than the reserve
+		{"96MiB", "0.9", 64 << 20},        // 86.4MiB would leave 9.6
+		{"56MiB", "0.9", 28 << 20},        // less the reserve is below half: half
+		{"32MiB", "1", 16 << 20},          // the smallest limit
+		{"64MiB", "0.5", 32 << 20},        // a share of one half stands
+		{"300MiB", "1", (300 - 32) << 20}, // ratio 1 still leaves the reserve
+	} {
+		s, err := config.LoadSettings(env(map[string]string{"GATEWAY_MEMORY_LIMIT": c.limit, "GATEWAY_MEMORY_LIMIT_RATIO": c.ratio}))
+		if err != nil || s.SoftMemoryLimit() != c.want {
+			t.Errorf("%s at %s: soft limit %d, %v; want %d", c.limit, c.ratio, s.SoftMemoryLimit(), err, c.want)
+		}
 	}
 	for _, tc := range []struct{ key, value, want string }{
 		{"GATEWAY_MEMORY_LIMIT", "256M", `"256M" is not a size`},

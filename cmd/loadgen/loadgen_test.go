@@ -387,10 +387,10 @@ func TestDescribeMemoryLimit(t *testing.T) {
 	}{
 		{"", env(), "none"},
 		{"", env("GOMEMLIMIT", "100MiB"), "GOMEMLIMIT=100MiB (from the environment)"},
-		{"56MiB", env(), "GATEWAY_MEMORY_LIMIT=56MiB (from -gateway-memory-limit): Go runtime soft limit 50.4 MiB (ratio 0.9)"},
+		{"56MiB", env(), "GATEWAY_MEMORY_LIMIT=56MiB (from -gateway-memory-limit): Go runtime soft limit 28.0 MiB (ratio 0.9)"},
 		{"64MiB", env("GATEWAY_MEMORY_LIMIT", "1GiB", "GATEWAY_MEMORY_LIMIT_RATIO", "0.5"),
 			"GATEWAY_MEMORY_LIMIT=64MiB (from -gateway-memory-limit): Go runtime soft limit 32.0 MiB (ratio 0.5)"},
-		{"", env("GATEWAY_MEMORY_LIMIT", "256MiB"), "GATEWAY_MEMORY_LIMIT=256MiB (from the environment): Go runtime soft limit 230.4 MiB (ratio 0.9)"},
+		{"", env("GATEWAY_MEMORY_LIMIT", "256MiB"), "GATEWAY_MEMORY_LIMIT=256MiB (from the environment): Go runtime soft limit 224.0 MiB (ratio 0.9)"},
 	} {
 		got, err := describeMemoryLimit(c.flag, c.env)
 		if err != nil || got != c.want {
