@@ -200,16 +200,16 @@ CREATE TRIGGER operations_history_kept AFTER UPDATE ON operations FOR EACH ROW
 -- settled), recording both.
 CREATE TRIGGER operations_transitions_follow_the_table AFTER UPDATE OF state ON operations FOR EACH ROW
     WHEN (NEW.state <> OLD.state AND NOT (
-        (OLD.state, NEW.state) IN (
-            ('received', 'reserved'), ('received', 'conflicting'), ('received', 'terminal_failure'),
-            ('reserved', 'pending_effect'), ('reserved', 'effect_confirmed'),
-            ('reserved', 'effect_indeterminate'), ('reserved', 'terminal_failure'),
-            ('pending_effect', 'reserved'), ('pending_effect', 'effect_confirmed'),
-            ('pending_effect', 'effect_indeterminate'), ('pending_effect', 'terminal_failure'),
-            ('effect_indeterminate', 'pending_effect'), ('effect_indeterminate', 'effect_confirmed'),
-            ('effect_indeterminate', 'terminal_failure'),
-            ('effect_confirmed', 'ack_pending'), ('ack_pending', 'acknowledged'),
-            ('terminal_failure', 'pending_effect'), ('terminal_failure', 'effect_confirmed'))
+        OLD.state || '>' || NEW.state = ANY ('{
+            received>reserved, received>conflicting, received>terminal_failure,
+            reserved>pending_effect, reserved>effect_confirmed, reserved>effect_indeterminate,
+            reserved>terminal_failure,
+            pending_effect>reserved, pending_effect>effect_confirmed, pending_effect>effect_indeterminate,
+            pending_effect>terminal_failure,
+            effect_indeterminate>pending_effect, effect_indeterminate>effect_confirmed,
+            effect_indeterminate>terminal_failure,
+            effect_confirmed>ack_pending, ack_pending>acknowledged,
+            terminal_failure>pending_effect, terminal_failure>effect_confirmed}'::text[])
         OR (OLD.state IN ('reserved', 'pending_effect') AND NEW.state = 'ack_pending'
             AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL)
         OR (OLD.state = 'effect_confirmed' AND NEW.state = 'acknowledged'
