@@ -85,9 +85,12 @@ test: services chromium lint
 # -fuzztime runs out while a worker is still busy with a new input, go test
 # can report "context deadline exceeded" as a failure with nothing found.
 # A count has no deadline to race, and does the same work on a busy machine.
+# Minimizing an input (each new one that widens coverage, and a failing one)
+# is bounded the same way: its default is a minute of wall clock per input.
 # A failing input is written to the package's testdata/fuzz and fails the run;
 # committed there, it stays a regression seed of the ordinary tests.
 FUZZTIME ?= 10000x
+FUZZMINIMIZE ?= 2000x
 FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
 	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS \
 	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery \
@@ -97,7 +100,7 @@ FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) "$${t%%:*}" || exit 1; \
+		$(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZE) "$${t%%:*}" || exit 1; \
 	done
 
 # What `gateway ops` needs in another shell to reach the gateway `make run`
