@@ -127,7 +127,7 @@ func TestRunMigrateServeAndShutdown(t *testing.T) {
 	if err := run(ctx, []string{"migrate"}, env.get, &out, io.Discard); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if got := out.String(); got != "applied 0001_baseline.sql\napplied 0002_guards_after_the_write.sql\napplied 0003_outbox_interventions.sql\nledger schema is current\n" {
+	if got := out.String(); got != "applied 0001_baseline.sql\napplied 0002_guards_after_the_write.sql\napplied 0003_outbox_interventions.sql\napplied 0004_lifecycle_edges_as_one_constant.sql\nledger schema is current\n" {
 		t.Fatalf("migrate said %q, want what it applied", got)
 	}
 	out.Reset()
