@@ -33,6 +33,10 @@ type Ledger struct {
 	// handedOff is told of every outbox entry committed; nil when nobody
 	// listens.
 	handedOff func()
+	// described says the pool's sessions have the server describe each
+	// statement's parameters, so that the write path may send arguments of
+	// types pgx knows only by their Postgres type (write.go, texts).
+	described bool
 }
 
 var _ gate.Ledger = (*Ledger)(nil)
@@ -48,6 +52,13 @@ func OnHandoff(f func()) LedgerOption { return func(l *Ledger) { l.handedOff = f
 // NewLedger uses pool for every call; the pool belongs to the caller.
 func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
 	l := &Ledger{pool: pool}
+	if pool != nil {
+		switch pool.Config().ConnConfig.DefaultQueryExecMode {
+		case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		default:
+			l.described = true
+		}
+	}
 	for _, o := range opts {
 		o(l)
 	}

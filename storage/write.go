@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -326,6 +327,7 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 	}
 	b := &pgx.Batch{}
 	args, pos := newClaimArgs(len(claims)), make(map[string]int, len(claims))
+	args.described = l.described
 	if len(claims) > 0 {
 		byID(claims)
 		var queued []int
@@ -396,6 +398,7 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 			steps += len(batch[i].change.Steps)
 		}
 		args := newChangeArgs(len(part.idx), steps)
+		args.described = l.described
 		for k, i := range part.idx {
 			args.add(k, batch[i].change)
 		}
@@ -559,6 +562,7 @@ type claimArgs struct {
 	outboxData                                                                        [][]byte
 	outboxSealedWith                                                                  []*string
 	times                                                                             times
+	texts
 }
 
 // newClaimArgs has room for n claims.
@@ -659,19 +663,19 @@ func (a *claimArgs) add(l *Ledger, c *gate.Change) error {
 
 func (a *claimArgs) named() pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{
-		"id": a.id, "created_at": a.createdAt, "retain_until": a.retainUntil, "publish_time": a.publishTime,
-		"fingerprint_version": a.fingerprintVersion, "broker_attempt": a.brokerAttempt, "route": a.route,
-		"tenant": a.tenant, "key_source": a.keySource, "key": a.key, "scope_key": a.scopeKey,
-		"fingerprint": a.fingerprint, "shape": a.shape, "dead_letter_policy": a.deadLetterPolicy,
-		"contract_version": a.contractVersion, "idempotency_key": a.idempotencyKey, "trace_id": a.traceID,
-		"span_id": a.spanID, "broker": a.broker, "source": a.source, "message_id": a.messageID,
-		"owner": a.owner, "lease_deadline": a.leaseDeadline, "state": a.state, "reason": a.reason,
-		"a1_started_at": a.a1StartedAt, "d1_decision": a.d1Decision, "d1_reason": a.d1Reason,
-		"handed_off": a.handedOff, "dead_reason": a.deadReason, "acked_decision": a.ackedDecision,
-		"acked_reason": a.ackedReason, "acked_anomaly": a.ackedAnomaly,
-		"outbox_publication_id": a.outboxPublicationID, "outbox_ordering_key": a.outboxOrderingKey,
+		"id": a.of(a.id), "created_at": a.createdAt, "retain_until": a.retainUntil, "publish_time": a.publishTime,
+		"fingerprint_version": a.fingerprintVersion, "broker_attempt": a.brokerAttempt, "route": a.of(a.route),
+		"tenant": a.of(a.tenant), "key_source": a.of(a.keySource), "key": a.of(a.key), "scope_key": a.of(a.scopeKey),
+		"fingerprint": a.of(a.fingerprint), "shape": a.of(a.shape), "dead_letter_policy": a.of(a.deadLetterPolicy),
+		"contract_version": a.of(a.contractVersion), "idempotency_key": a.of(a.idempotencyKey), "trace_id": a.of(a.traceID),
+		"span_id": a.of(a.spanID), "broker": a.of(a.broker), "source": a.of(a.source), "message_id": a.of(a.messageID),
+		"owner": a.of(a.owner), "lease_deadline": a.leaseDeadline, "state": a.of(a.state), "reason": a.of(a.reason),
+		"a1_started_at": a.a1StartedAt, "d1_decision": a.of(a.d1Decision), "d1_reason": a.of(a.d1Reason),
+		"handed_off": a.handedOff, "dead_reason": a.ofNull(a.deadReason), "acked_decision": a.of(a.ackedDecision),
+		"acked_reason": a.of(a.ackedReason), "acked_anomaly": a.of(a.ackedAnomaly),
+		"outbox_publication_id": a.ofNull(a.outboxPublicationID), "outbox_ordering_key": a.of(a.outboxOrderingKey),
 		"outbox_attributes": a.outboxAttributes, "outbox_data": a.outboxData,
-		"outbox_sealed_with": a.outboxSealedWith, "outbox_sealed_pointers": a.outboxSealedPointers,
+		"outbox_sealed_with": a.ofNull(a.outboxSealedWith), "outbox_sealed_pointers": a.outboxSealedPointers,
 	}
 }
 
@@ -704,6 +708,7 @@ type changeArgs struct {
 	stepFrom, stepTo, stepReason []string
 
 	times times
+	texts
 }
 
 // newChangeArgs has room for n changes and their steps.
@@ -905,38 +910,38 @@ func (a *changeArgs) add(k int, c *gate.Change) {
 
 func (a *changeArgs) named() pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{
-		"i": a.i, "id": a.id, "expect": a.expect, "fence": a.fence, "takes": a.takes, "at": a.at,
-		"final": a.final, "steps": a.steps, "logs": a.logs, "reason": a.reason, "owner": a.owner,
+		"i": a.i, "id": a.of(a.id), "expect": a.of(a.expect), "fence": a.fence, "takes": a.takes, "at": a.at,
+		"final": a.ofNull(a.final), "steps": a.steps, "logs": a.logs, "reason": a.ofNull(a.reason), "owner": a.ofNull(a.owner),
 		"claims": a.claims, "settles": a.settles, "lease_deadline": a.leaseDeadline,
 		"lease_extensions": a.leaseExtensions, "lease_lost_at": a.leaseLostAt, "delivery_n": a.deliveryN,
-		"message_id": a.messageID, "answer_n": a.answerN, "answer_decision": a.answerDecision,
-		"answer_reason": a.answerReason, "finish_n": a.finishN, "finished_at": a.finishedAt,
-		"finish_outcome": a.finishOutcome, "finish_status": a.finishStatus, "finish_result_id": a.finishResultID,
-		"finish_reason": a.finishReason, "start_n": a.startN, "started_at": a.startedAt, "contract": a.contract,
+		"message_id": a.of(a.messageID), "answer_n": a.answerN, "answer_decision": a.of(a.answerDecision),
+		"answer_reason": a.of(a.answerReason), "finish_n": a.finishN, "finished_at": a.finishedAt,
+		"finish_outcome": a.of(a.finishOutcome), "finish_status": a.finishStatus, "finish_result_id": a.of(a.finishResultID),
+		"finish_reason": a.of(a.finishReason), "start_n": a.startN, "started_at": a.startedAt, "contract": a.of(a.contract),
 		"lookup_n": a.lookupN, "lookup_started_at": a.lookupStartedAt, "lookup_finished_at": a.lookupFinishedAt,
-		"lookup_outcome": a.lookupOutcome, "lookup_status": a.lookupStatus, "lookup_result_id": a.lookupResultID,
-		"lookup_reason": a.lookupReason, "evidence": a.evidence, "result_id": a.resultID, "lane": a.lane,
+		"lookup_outcome": a.of(a.lookupOutcome), "lookup_status": a.lookupStatus, "lookup_result_id": a.of(a.lookupResultID),
+		"lookup_reason": a.of(a.lookupReason), "evidence": a.evidence, "result_id": a.ofNull(a.resultID), "lane": a.ofNull(a.lane),
 		"acked": a.acked, "handed_off": a.handedOff, "grant": a.grant, "schedule": a.schedule,
-		"next_check_at": a.nextCheckAt, "checks": a.checks, "dead_reason": a.deadReason,
-		"intervention": a.intervention, "actor": a.actor, "intervention_reason": a.interventionReason,
-		"intervention_result_id": a.interventionResultID, "reset": a.reset,
-		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.stepFrom, "step_to": a.stepTo,
-		"step_reason": a.stepReason,
+		"next_check_at": a.nextCheckAt, "checks": a.checks, "dead_reason": a.ofNull(a.deadReason),
+		"intervention": a.ofNull(a.intervention), "actor": a.ofNull(a.actor), "intervention_reason": a.ofNull(a.interventionReason),
+		"intervention_result_id": a.ofNull(a.interventionResultID), "reset": a.reset,
+		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.of(a.stepFrom), "step_to": a.of(a.stepTo),
+		"step_reason": a.of(a.stepReason),
 	}
 }
 
 // rowNamed is a's arrays that the row statement reads.
 func (a *changeArgs) rowNamed() pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{
-		"i": a.i, "id": a.id, "expect": a.expect, "fence": a.fence, "at": a.at, "final": a.final,
-		"steps": a.steps, "logs": a.logs, "reason": a.reason, "settles": a.settles,
+		"i": a.i, "id": a.of(a.id), "expect": a.of(a.expect), "fence": a.fence, "at": a.at, "final": a.ofNull(a.final),
+		"steps": a.steps, "logs": a.logs, "reason": a.ofNull(a.reason), "settles": a.settles,
 		"lease_deadline": a.leaseDeadline, "lease_extensions": a.leaseExtensions, "answer_n": a.answerN,
-		"answer_decision": a.answerDecision, "answer_reason": a.answerReason, "finish_n": a.finishN,
-		"finished_at": a.finishedAt, "finish_outcome": a.finishOutcome, "finish_status": a.finishStatus,
-		"finish_result_id": a.finishResultID, "finish_reason": a.finishReason, "evidence": a.evidence,
-		"result_id": a.resultID, "lane": a.lane, "acked": a.acked,
-		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.stepFrom, "step_to": a.stepTo,
-		"step_reason": a.stepReason,
+		"answer_decision": a.of(a.answerDecision), "answer_reason": a.of(a.answerReason), "finish_n": a.finishN,
+		"finished_at": a.finishedAt, "finish_outcome": a.of(a.finishOutcome), "finish_status": a.finishStatus,
+		"finish_result_id": a.of(a.finishResultID), "finish_reason": a.of(a.finishReason), "evidence": a.evidence,
+		"result_id": a.ofNull(a.resultID), "lane": a.ofNull(a.lane), "acked": a.acked,
+		"step_i": a.stepI, "step_k": a.stepK, "step_from": a.of(a.stepFrom), "step_to": a.of(a.stepTo),
+		"step_reason": a.of(a.stepReason),
 	}
 }
 
@@ -961,4 +966,71 @@ func (a *answerArgs) add(id string, ans *gate.Answer) {
 func (a *answerArgs) named() pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{"id": a.id, "n": a.n, "decision": a.decision, "reason": a.reason,
 		"anomaly": a.anomaly, "reset_fence": a.resetFence, "at": a.at}
+}
+
+// texts is how a statement's text columns go to pgx: as textArray and
+// nullTextArray where the server describes each statement's parameters
+// (pgx's statement-caching and describe modes, the default), else as the
+// plain slices, whose Postgres type pgx knows from their Go type (the exec
+// and simple-protocol modes used behind a pooler).
+type texts struct{ described bool }
+
+func (t texts) of(v []string) any {
+	if t.described {
+		return textArray(v)
+	}
+	return v
+}
+
+func (t texts) ofNull(v []*string) any {
+	if t.described {
+		return nullTextArray(v)
+	}
+	return v
+}
+
+// textArray is a text[] argument that pgx encodes without an allocation per
+// element. Given a []string, pgx hands each element to the text encoder as
+// an interface value, and a string put in an interface is copied to the
+// heap: with fifty-odd text columns a batch, that was the largest source of
+// allocations left in the gateway. Index hands out a pointer into the slice
+// instead, which an interface holds as it is, and the text encoder reads it
+// through TextValue.
+type textArray []string
+
+func (a textArray) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a textArray) Index(i int) any { return (*textElem)(&a[i]) }
+
+func (a textArray) IndexType() any { return new(textElem) }
+
+// nullTextArray is textArray for a column of nullable text: a nil element
+// is a NULL.
+type nullTextArray []*string
+
+func (a nullTextArray) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a nullTextArray) Index(i int) any {
+	if a[i] == nil {
+		return nil
+	}
+	return (*textElem)(a[i])
+}
+
+func (a nullTextArray) IndexType() any { return new(textElem) }
+
+type textElem string
+
+func (t *textElem) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*t), Valid: true}, nil
 }
