@@ -33,10 +33,10 @@ type Ledger struct {
 	// handedOff is told of every outbox entry committed; nil when nobody
 	// listens.
 	handedOff func()
-	// described says the pool's sessions have the server describe each
-	// statement's parameters, so that the write path may send arguments of
-	// types pgx knows only by their Postgres type (write.go, texts).
-	described bool
+	// texts says how the write path hands text columns to pgx: as types pgx
+	// knows only by their Postgres type where the pool's sessions have the
+	// server describe each statement's parameters (write.go, texts).
+	texts texts
 }
 
 var _ gate.Ledger = (*Ledger)(nil)
@@ -56,7 +56,7 @@ func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
 		switch pool.Config().ConnConfig.DefaultQueryExecMode {
 		case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		default:
-			l.described = true
+			l.texts.described = true
 		}
 	}
 	for _, o := range opts {

@@ -326,8 +326,7 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(batch[a].id, batch[b].id) })
 	}
 	b := &pgx.Batch{}
-	args, pos := newClaimArgs(len(claims)), make(map[string]int, len(claims))
-	args.described = l.described
+	args, pos := newClaimArgs(len(claims), l.texts), make(map[string]int, len(claims))
 	if len(claims) > 0 {
 		byID(claims)
 		var queued []int
@@ -397,8 +396,7 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		for _, i := range part.idx {
 			steps += len(batch[i].change.Steps)
 		}
-		args := newChangeArgs(len(part.idx), steps)
-		args.described = l.described
+		args := newChangeArgs(len(part.idx), steps, l.texts)
 		for k, i := range part.idx {
 			args.add(k, batch[i].change)
 		}
@@ -565,9 +563,9 @@ type claimArgs struct {
 	texts
 }
 
-// newClaimArgs has room for n claims.
-func newClaimArgs(n int) claimArgs {
-	var a claimArgs
+// newClaimArgs has room for n claims, whose text columns go to pgx as t says.
+func newClaimArgs(n int, t texts) claimArgs {
+	a := claimArgs{texts: t}
 	carve(n, &a.id, &a.route, &a.tenant, &a.keySource, &a.key, &a.scopeKey, &a.fingerprint, &a.shape,
 		&a.deadLetterPolicy, &a.contractVersion, &a.idempotencyKey, &a.traceID, &a.spanID, &a.broker,
 		&a.source, &a.messageID, &a.owner, &a.state, &a.reason, &a.d1Decision, &a.d1Reason,
@@ -711,9 +709,10 @@ type changeArgs struct {
 	texts
 }
 
-// newChangeArgs has room for n changes and their steps.
-func newChangeArgs(n, steps int) changeArgs {
-	var a changeArgs
+// newChangeArgs has room for n changes and their steps, whose text columns
+// go to pgx as t says.
+func newChangeArgs(n, steps int, t texts) changeArgs {
+	a := changeArgs{texts: t}
 	carve(n, &a.i, &a.steps, &a.leaseExtensions, &a.deliveryN, &a.answerN, &a.finishN, &a.finishStatus,
 		&a.startN, &a.lookupN, &a.lookupStatus, &a.grant, &a.checks)
 	carve(n, &a.id, &a.expect, &a.messageID, &a.answerDecision, &a.answerReason, &a.finishOutcome,
@@ -998,12 +997,7 @@ func (t texts) ofNull(v []*string) any {
 // through TextValue.
 type textArray []string
 
-func (a textArray) Dimensions() []pgtype.ArrayDimension {
-	if a == nil {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
-}
+func (a textArray) Dimensions() []pgtype.ArrayDimension { return flatDimensions(len(a), a == nil) }
 
 func (a textArray) Index(i int) any { return (*textElem)(&a[i]) }
 
@@ -1013,12 +1007,7 @@ func (a textArray) IndexType() any { return new(textElem) }
 // is a NULL.
 type nullTextArray []*string
 
-func (a nullTextArray) Dimensions() []pgtype.ArrayDimension {
-	if a == nil {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
-}
+func (a nullTextArray) Dimensions() []pgtype.ArrayDimension { return flatDimensions(len(a), a == nil) }
 
 func (a nullTextArray) Index(i int) any {
 	if a[i] == nil {
@@ -1030,6 +1019,15 @@ func (a nullTextArray) Index(i int) any {
 func (a nullTextArray) IndexType() any { return new(textElem) }
 
 type textElem string
+
+// flatDimensions are a one-dimensional array's of n elements, as
+// pgtype.FlatArray gives them: none for a nil slice, which is NULL.
+func flatDimensions(n int, null bool) []pgtype.ArrayDimension {
+	if null {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
+}
 
 func (t *textElem) TextValue() (pgtype.Text, error) {
 	return pgtype.Text{String: string(*t), Valid: true}, nil
