@@ -39,6 +39,9 @@ import (
 )
 
 func main() {
+	if serveForwarderIfAsked() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {

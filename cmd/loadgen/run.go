@@ -77,7 +77,9 @@ func execute(ctx context.Context, cfg config, stdout, stderr io.Writer) (*report
 	}{
 		{"main", cfg.N, cfg.C, allSystems},
 		{"c1", cfg.N1, 1, allSystems},
-		{"mem", cfg.MemN, cfg.MemC, []string{sysAckgate}},
+		// The forwarder runs as a process of its own here, so that its
+		// peak RSS is the gateway's baseline.
+		{"mem", cfg.MemN, cfg.MemC, []string{sysForwarder, sysAckgate}},
 	}
 	for _, ph := range phases {
 		if ph.n == 0 {
@@ -258,7 +260,7 @@ type systemResult struct {
 	pgKnown         bool
 	redis           commandStats // nil: not measured
 	cpu             cpuUse
-	peakRSS         int64 // the gateway's VmHWM during the phase; 0: not measured
+	peakRSS         int64 // the gateway's (or the forwarder process's) VmHWM during the phase; 0: not measured
 	downstreamCalls int64
 	waits           waitCounts
 	tables          tableWrites // rows written in the run's database; nil: not measured
@@ -292,6 +294,7 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 	var send sender
 	var op *opSender
 	counted := b.dbName // whose transactions this system's are
+	rssPID := 0         // whose peak RSS the phase reads; 0: none
 	redeliver, sns := cfg.Redeliver, cfg.SNS
 	switch system {
 	case sysOp:
@@ -304,14 +307,23 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 		// The op has no broker: every message is a fresh operation.
 		redeliver, sns = 0, 0
 	case sysForwarder:
-		send = &pushSender{base: b.fwd.url, route: "loadgen", snsRoute: "loadgen-sns", client: client}
+		base := b.fwd.url
+		if phase == "mem" {
+			p, err := startForwarderProcess(ctx, b.down.url)
+			if err != nil {
+				return sr, err
+			}
+			defer p.stop()
+			base, rssPID = p.url, p.pid
+		}
+		send = &pushSender{base: base, route: "loadgen", snsRoute: "loadgen-sns", client: client}
 	case sysAckgate:
 		route, snsRoute := "loadgen", "loadgen-sns"
 		if cfg.Target != "" {
 			route, snsRoute = cfg.TargetRoute, cfg.TargetSNSRoute
 		}
 		send = &pushSender{base: b.gwBase, route: route, snsRoute: snsRoute, client: client}
-		counted = b.gwDBName
+		counted, rssPID = b.gwDBName, b.gwPID
 	}
 	closeOp := func() {
 		if op != nil {
@@ -386,9 +398,9 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 		}
 	}
 	calls0 := b.down.calls.Load()
-	if system == sysAckgate && b.gwPID > 0 {
-		if err := resetPeakRSS(b.gwPID); err != nil {
-			b.progress("cannot reset the gateway's peak RSS (%v): VmHWM is its peak since it started", err)
+	if rssPID > 0 {
+		if err := resetPeakRSS(rssPID); err != nil {
+			b.progress("cannot reset %s's peak RSS (%v): VmHWM is its peak since it started", system, err)
 		}
 	}
 	dbs0, err := b.databases(ctx)
@@ -411,9 +423,9 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 	if cpuErr == nil && cpuErr1 == nil {
 		sr.cpu = cpuBetween(cpu0, cpu1, b.gwPID, b.redisPID)
 	}
-	if system == sysAckgate && b.gwPID > 0 {
-		if sr.peakRSS, err = procStatus(b.gwPID, "VmHWM"); err != nil {
-			b.progress("gateway peak RSS: %v", err)
+	if rssPID > 0 {
+		if sr.peakRSS, err = procStatus(rssPID, "VmHWM"); err != nil {
+			b.progress("%s peak RSS: %v", system, err)
 		}
 	}
 	closeOp()

@@ -124,8 +124,13 @@ func TestShortRealRun(t *testing.T) {
 	if ticks <= 0 {
 		t.Errorf("no phase of the run counted a CPU tick of the machine")
 	}
-	if p, _ := rep.phase("mem"); len(p.systems) != 1 {
-		t.Errorf("the memory phase runs the gateway alone, got %d systems", len(p.systems))
+	// The memory phase's baseline: the forwarder, in a process of its own
+	// whose peak RSS is read like the gateway's.
+	if p, _ := rep.phase("mem"); len(p.systems) != 2 {
+		t.Errorf("the memory phase runs the forwarder and the gateway, got %d systems", len(p.systems))
+	}
+	if fm := check("mem", sysForwarder, 100); fm.peakRSS <= 0 || fm.downstreamCalls != int64(100+redelivered(100)) {
+		t.Errorf("mem forwarder: peak RSS %d, downstream calls %d", fm.peakRSS, fm.downstreamCalls)
 	}
 
 	// The handoff phase: every push acked at the handoff, and every one of
@@ -139,7 +144,7 @@ func TestShortRealRun(t *testing.T) {
 	for _, want := range []string{"== handoff: 60 messages to a handoff route", "relay effects/s / push acks/s", "== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
 		"== memory with many in flight: 100 messages per system, 50 in flight", "== against the goals ==",
 		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message",
-		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS"} {
+		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS", "floor ≤ 80 MiB", "forwarder process peak RSS", "; forwarder process "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q", want)
 		}
