@@ -51,8 +51,9 @@ func (o *owned) evidence() Evidence {
 }
 
 // claim offers the ledger the operation as fresh, the plan for a new one,
-// would create it: created, this owner holds it under fence 1; otherwise
-// the operation comes back as found.
+// would create it: created, this owner holds it under fence 1, as next (the
+// ledger returns no operation then); otherwise the operation comes back as
+// found.
 func (o *owned) claim(ctx context.Context, fresh Plan, now time.Time) (*Operation, bool, error) {
 	c, next, err := o.creating(fresh, now)
 	if err != nil {

@@ -13,15 +13,21 @@ import (
 type Ledger interface {
 	// Claim records a delivery's arrival in one statement, and is the only
 	// way a delivery learns what the ledger holds. c is the creating claim
-	// (see change.go) a new operation would be written with. When no
-	// operation has c's id, Claim commits c and created is true: the
-	// delivery holds the new operation under c's fence. Otherwise nothing of
-	// c is written and the operation comes back as found (with its newest
-	// effect attempt, as FindByID): when its fingerprint is c's, the
-	// delivery is recorded as a further one of it (op.DeliveryCount is its
-	// number), answered at once with c.Claim.AckedAnswer if the operation
-	// is acknowledged; when the fingerprints differ, nothing is recorded on
-	// it (the delivery belongs to a conflict record).
+	// (see change.go) a new operation would be written with.
+	//
+	// When no operation has c's id, Claim commits c, created is true and op
+	// is nil: the delivery holds the new operation under c's fence, as c
+	// describes it, and the ledger reads nothing of it back.
+	//
+	// Otherwise nothing of c is written, created is false and op is the
+	// operation as found, never nil: whole, with its newest effect attempt,
+	// as FindByID would return it right after. When its fingerprint is c's,
+	// the delivery is recorded as a further one of it (op.DeliveryCount is
+	// its number), answered at once with c.Claim.AckedAnswer if the
+	// operation is acknowledged; when the fingerprints differ, nothing is
+	// recorded on it (the delivery belongs to a conflict record).
+	//
+	// On an error op is nil and created false.
 	Claim(ctx context.Context, c *Change) (op *Operation, created bool, err error)
 	// FindByID returns the operation or conflict record with id (with its
 	// newest effect attempt) and its latest manual intervention (nil when

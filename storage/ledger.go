@@ -66,7 +66,9 @@ func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
 }
 
 // Claim implements gate.Ledger. It costs a share of one statement and one
-// commit (write.go).
+// commit (write.go). A claim that creates its operation reads nothing of it
+// back and returns none; one that finds it returns it whole, with the
+// newest effect attempt, from the same statement.
 func (l *Ledger) Claim(ctx context.Context, c *gate.Change) (*gate.Operation, bool, error) {
 	if err := checkClaim(c); err != nil {
 		return nil, false, err

@@ -497,6 +497,12 @@ CREATE TABLE sns_subscription_claims (
 -- (answered at once when the operation is acknowledged); with another
 -- fingerprint nothing is recorded on it. created tells the two apart (a
 -- row this statement inserted has no xmax).
+--
+-- Each element gets one row back: its id, then the operation it found (f)
+-- with its newest effect attempt after the first (la). A created operation
+-- is not read back: the gate holds it as its claim describes it
+-- (gate.Ledger.Claim returns no operation then), so f and la are NULL, and
+-- f's id, never NULL for an operation found, is what tells the reader.
 WITH c AS (
     SELECT * FROM unnest(
         @id::text[], @created_at::timestamptz[], @retain_until::timestamptz[], @publish_time::timestamptz[],
@@ -557,8 +563,9 @@ WITH c AS (
     FROM claimed cl JOIN c ON c.id = cl.id
     WHERE cl.created AND c.outbox_publication_id IS NOT NULL
 )
-SELECT cl.created, {{operation cl}}, {{attempt la}}
+SELECT cl.id, {{operation f}}, {{attempt la}}
 FROM claimed cl
+LEFT JOIN LATERAL (SELECT cl.* WHERE NOT cl.created) f ON true
 LEFT JOIN LATERAL (
     SELECT * FROM attempts a
     WHERE NOT cl.created AND cl.attempt_count > 1 AND a.operation_id = cl.id AND a.kind = 'effect'

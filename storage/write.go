@@ -100,6 +100,7 @@ type job struct {
 }
 
 type jobResult struct {
+	// op is the operation a claim found; nil when it created it.
 	op      *gate.Operation
 	created bool
 	err     error
@@ -349,20 +350,36 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		}
 		b.Queue(claimSQL.sql, bound...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
+				// A row is the claimed id, then the operation found, whose
+				// id is NULL when the claim created it (schema.sql, claim).
+				// A created operation is not read: its id is looked up as
+				// it came (text is the same bytes in either format), and
+				// nothing is scanned or allocated for it.
+				raw := rows.RawValues()
+				if len(raw) < 2 {
+					return fmt.Errorf("claim answered with %d columns", len(raw))
+				}
+				i, ok := pos[string(raw[0])]
+				if !ok {
+					return fmt.Errorf("claim answered for %s, which it was not asked about", raw[0])
+				}
+				delete(pos, string(raw[0]))
+				if raw[1] == nil {
+					results[i] = jobResult{created: true}
+					continue
+				}
 				var (
-					created bool
-					s       scannedOperation
-					la      scannedAttempt
+					s  scannedOperation
+					la scannedAttempt
 				)
-				if err := rows.Scan(append(append([]any{&created}, s.fields()...), la.fields()...)...); err != nil {
+				// The claimed id again (nil skips it) and the operation.
+				if err := rows.Scan(append(append([]any{nil}, s.fields()...), la.fields()...)...); err != nil {
 					return err
 				}
-				i, ok := pos[s.op.ID]
-				if !ok {
-					return fmt.Errorf("claim answered for %s, which it was not asked about", s.op.ID)
+				if s.op.ID != batch[i].id {
+					return fmt.Errorf("claim of %s found %s", batch[i].id, s.op.ID)
 				}
-				results[i] = jobResult{op: s.operation(la.attempt(s.op.IdempotencyKey)), created: created}
-				delete(pos, s.op.ID)
+				results[i] = jobResult{op: s.operation(la.attempt(s.op.IdempotencyKey))}
 			}
 			if err := rows.Err(); err != nil {
 				return err

@@ -3,6 +3,7 @@ package gatetest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -95,10 +96,35 @@ func creating(t *testing.T, op *gate.Operation, msg string) *gate.Change {
 // start creates op as a first delivery does.
 func start(t *testing.T, l gate.Ledger, op *gate.Operation) {
 	t.Helper()
-	got, created, err := l.Claim(context.Background(), creating(t, op, "m-1"))
-	if err != nil || !created || got.ID != op.ID {
-		t.Fatalf("create %s: %+v, created %v, %v", op.ID, got, created, err)
+	create(t, l, creating(t, op, "m-1"))
+}
+
+// create makes c, a creating claim of an operation nobody has, which
+// creates it and, as gate.Ledger.Claim says, returns no operation: the
+// delivery holds it as c describes it.
+func create(t *testing.T, l gate.Ledger, c *gate.Change) {
+	t.Helper()
+	got, created, err := l.Claim(context.Background(), c)
+	if err != nil || !created || got != nil {
+		t.Fatalf("create %s: %+v, created %v, %v; want created with no operation returned", c.OperationID, got, created, err)
 	}
+}
+
+// found makes c, a creating claim of an operation that exists, and returns
+// the operation it found, which as gate.Ledger.Claim says is whole: equal
+// to what FindByID returns right after.
+func found(t *testing.T, l gate.Ledger, c *gate.Change) *gate.Operation {
+	t.Helper()
+	got, created, err := l.Claim(context.Background(), c)
+	if err != nil || created || got == nil {
+		t.Fatalf("claim of %s: %+v, created %v, %v; want the operation found", c.OperationID, got, created, err)
+	}
+	want := find(t, l, &gate.Operation{ID: c.OperationID})
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("claim of %s found\n%+v with last attempt %+v;\nFindByID right after has\n%+v with last attempt %+v",
+			c.OperationID, got, got.LastAttempt, want, want.LastAttempt)
+	}
+	return got
 }
 
 func find(t *testing.T, l gate.Ledger, op *gate.Operation) *gate.Operation {
@@ -116,10 +142,7 @@ func redeliver(t *testing.T, l gate.Ledger, op *gate.Operation, msg string, at t
 	t.Helper()
 	c := creating(t, op, msg)
 	c.Claim.Delivery.ReceivedAt = at
-	got, created, err := l.Claim(context.Background(), c)
-	if err != nil || created {
-		t.Fatalf("redeliver %s: created %v, %v", op.ID, created, err)
-	}
+	got := found(t, l, c)
 	d := delivery(msg, got.DeliveryCount, at)
 	d.OperationID = op.ID
 	return d
@@ -178,10 +201,7 @@ var ledgerCases = []ledgerCase{
 		c := creating(t, op, "m-2")
 		c.Claim.Delivery.ReceivedAt = at
 		c.Claim.Owner = "owner-b"
-		got, created, err := h.Ledger.Claim(context.Background(), c)
-		if err != nil || created {
-			t.Fatalf("second claim: created %v, %v", created, err)
-		}
+		got := found(t, h.Ledger, c)
 		if got.Owner != "owner-a" || got.DeliveryCount != 2 || got.State != gate.StatePendingEffect || got.LastAttempt == nil ||
 			got.LastAttempt.N != 1 || got.TraceID != "trace-m-1" {
 			t.Fatalf("found %+v", got)
@@ -196,9 +216,9 @@ var ledgerCases = []ledgerCase{
 		// operation: that delivery belongs to a conflict record.
 		other := *op
 		other.Fingerprint = "fp-other"
-		got, created, err = h.Ledger.Claim(context.Background(), creating(t, &other, "m-3"))
-		if err != nil || created || got.Fingerprint != op.Fingerprint || got.DeliveryCount != 2 {
-			t.Fatalf("claim with another fingerprint: %+v, created %v, %v", got, created, err)
+		got = found(t, h.Ledger, creating(t, &other, "m-3"))
+		if got.Fingerprint != op.Fingerprint || got.DeliveryCount != 2 {
+			t.Fatalf("claim with another fingerprint found %+v", got)
 		}
 		if s := h.Inspect(t, op.ID); len(s.Deliveries) != 2 {
 			t.Fatalf("a conflicting delivery was recorded on the original: %+v", s.Deliveries)
@@ -212,9 +232,17 @@ var ledgerCases = []ledgerCase{
 		must(t, h.Ledger.Write(ctx, gate.ConfirmChange(settle(op, gate.StatePendingEffect, 1, fin, 1, gate.Ack),
 			steps(t, gate.StatePendingEffect, gate.StateEffectConfirmed, gate.StateAckPending), "res-a", "confirmed", t0)))
 		must(t, h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 1, steps(t, gate.StateAckPending, gate.StateAcknowledged), t0)))
-		d := redeliver(t, h.Ledger, op, "m-again", t0.Add(time.Hour))
+		c := creating(t, op, "m-again")
+		c.Claim.Delivery.ReceivedAt = t0.Add(time.Hour)
+		// The claim alone answers the redelivery: it brings back all the
+		// gate decides on.
+		got := found(t, h.Ledger, c)
+		if got.State != gate.StateAcknowledged || got.ResultID != "res-a" || got.AckedAt == nil || got.DeliveryCount != 2 ||
+			got.LastAttempt == nil || got.LastAttempt.Outcome != gate.OutcomeConfirmed || got.LastAttempt.ResultID != "res-a" {
+			t.Fatalf("the redelivery found %+v with last attempt %+v", got, got.LastAttempt)
+		}
 		s := h.Inspect(t, op.ID)
-		if len(s.Deliveries) != 2 || s.Deliveries[1].N != d.N || s.Deliveries[1].Found != gate.StateAcknowledged ||
+		if len(s.Deliveries) != 2 || s.Deliveries[1].N != got.DeliveryCount || s.Deliveries[1].Found != gate.StateAcknowledged ||
 			s.Deliveries[1].Decision != gate.Ack || s.Deliveries[1].Anomaly != "redelivered_after_ack" ||
 			s.Deliveries[0].Decision != gate.Ack {
 			t.Fatalf("deliveries %+v", s.Deliveries)
@@ -228,8 +256,8 @@ var ledgerCases = []ledgerCase{
 		w := gate.Claiming(nil, op, lease("a", 1, t0), delivery("m-1", 1, t0))
 		bad := []gate.Step{{Transition: gate.Transition{From: "", To: gate.StateReceived}},
 			{Transition: gate.Transition{From: gate.StateReceived, To: gate.StateAcknowledged}}}
-		if _, _, err := h.Ledger.Claim(context.Background(), gate.StartChange(w, bad, nil, "x", t0)); err == nil {
-			t.Fatal("a creation along an illegal edge was accepted")
+		if got, created, err := h.Ledger.Claim(context.Background(), gate.StartChange(w, bad, nil, "x", t0)); err == nil || got != nil || created {
+			t.Fatalf("a creation along an illegal edge: %+v, created %v, %v; want an error alone", got, created, err)
 		}
 		if _, _, err := h.Ledger.FindByID(context.Background(), op.ID); !errors.Is(err, gate.ErrNotFound) {
 			t.Fatalf("FindByID after a refused creation: %v", err)
@@ -332,6 +360,60 @@ var ledgerCases = []ledgerCase{
 		err := h.Ledger.Write(ctx, gate.AckedChange(op.ID, gate.StateAckPending, 2, steps(t, gate.StateAckPending, gate.StateAcknowledged), t4))
 		if !errors.Is(err, gate.ErrStateChanged) {
 			t.Fatalf("second ack mark: %v, want ErrStateChanged", err)
+		}
+		// A redelivery finds it with its newest attempt, the second, and
+		// the first's start as the dedupe window's anchor.
+		c := creating(t, op, "m-3")
+		c.Claim.Delivery.ReceivedAt = t4.Add(time.Minute)
+		again := found(t, h.Ledger, c)
+		if again.State != gate.StateAcknowledged || again.DeliveryCount != 3 || again.LastAttempt == nil ||
+			again.LastAttempt.N != 2 || again.LastAttempt.ResultID != "res-1" || again.LastAttempt.Fence != 2 ||
+			again.FirstAttemptAt == nil || !again.FirstAttemptAt.Equal(t0) {
+			t.Fatalf("the redelivery found %+v with last attempt %+v", again, again.LastAttempt)
+		}
+	}},
+	{"a claim that creates returns no operation; one that finds returns it whole", func(t *testing.T, h LedgerHarness) {
+		// Each kind of creating claim: an attempt started, a terminal
+		// refusal dead-lettered, a handoff with its outbox entry.
+		started := newOp("created-started")
+		create(t, h.Ledger, creating(t, started, "m-1"))
+		refused := newOp("created-refused")
+		w := gate.Claiming(nil, refused, lease("owner-a", 1, t0), delivery("m-1", 1, t0))
+		create(t, h.Ledger, gate.TerminalChange(w, steps(t, "", gate.StateReceived, gate.StateTerminalFailure),
+			&gate.DeadLetter{Reason: "refused", At: t0}, "refused", t0))
+		handed := newOp("created-handed")
+		d := delivery("m-1", 1, t0)
+		d.Decision = gate.Ack
+		w = gate.Claiming(nil, handed, lease("owner-a", 1, t0), d)
+		create(t, h.Ledger, gate.HandoffChange(w, steps(t, "", gate.StateReceived, gate.StateReserved, gate.StatePendingEffect),
+			&gate.OutboxEntry{OperationID: handed.ID, Route: handed.Route, PublicationID: handed.IdempotencyKey, CreatedAt: t0, NextAttemptAt: t0,
+				Message: &gate.Message{Broker: gate.BrokerPubSub, Source: "projects/p/subscriptions/s", MessageID: "m-1",
+					Data: []byte(`{"n":1}`), Attributes: map[string]string{}}},
+			"handed off", t0))
+		// Each is there as its claim described it.
+		for _, want := range []struct {
+			op    *gate.Operation
+			state gate.State
+		}{{started, gate.StatePendingEffect}, {refused, gate.StateTerminalFailure}, {handed, gate.StatePendingEffect}} {
+			got := find(t, h.Ledger, want.op)
+			if got.State != want.state || got.Fence != 1 || got.Owner != "owner-a" || got.DeliveryCount != 1 ||
+				got.Fingerprint != want.op.Fingerprint {
+				t.Fatalf("created %s: %+v", want.op.ID, got)
+			}
+		}
+		// A further delivery of each, and one with another fingerprint,
+		// finds the operation whole.
+		for _, op := range []*gate.Operation{started, refused, handed} {
+			c := creating(t, op, "m-2")
+			c.Claim.Delivery.ReceivedAt = t0.Add(time.Second)
+			if got := found(t, h.Ledger, c); got.ID != op.ID || got.DeliveryCount != 2 || got.IdempotencyKey != op.IdempotencyKey {
+				t.Fatalf("the further delivery of %s found %+v", op.ID, got)
+			}
+			other := *op
+			other.Fingerprint = "fp-other"
+			if got := found(t, h.Ledger, creating(t, &other, "m-3")); got.Fingerprint != op.Fingerprint || got.DeliveryCount != 2 {
+				t.Fatalf("the conflicting delivery of %s found %+v", op.ID, got)
+			}
 		}
 	}},
 	{"the common path is three writes of one row", func(t *testing.T, h LedgerHarness) {
