@@ -95,7 +95,7 @@ FUZZ_TARGETS := ./brokerauth:FuzzSNSVerify ./handlers:FuzzDecodePubSubWrapped \
 	./handlers:FuzzDecodePubSubUnwrapped ./handlers:FuzzDecodeSNS \
 	./handlers:FuzzPushPubSub ./handlers:FuzzPushPubSubUnwrapped ./handlers:FuzzAdminQuery \
 	./handlers:FuzzAdminResolve \
-	./internal/seal:FuzzSealRoundTrip
+	./downstream:FuzzEncoders ./internal/seal:FuzzSealRoundTrip
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -22,16 +22,22 @@ type body struct {
 	// owned: the encoding defines the media type (a CloudEvent's), and a
 	// configured one would make the body unreadable.
 	owned bool
-	// headers carry the message's attributes (raw mode) or the event's
-	// context (CloudEvents binary mode); configuration cannot replace them.
+	// headers carry the event's context (CloudEvents binary mode);
+	// configuration cannot replace them.
 	headers http.Header
+	// attrs are the message's attributes (raw mode), which setHeaders
+	// writes as attribute headers (attributeHeaderKey,
+	// attributeHeaderValue) straight into the request's header, with the
+	// same precedence as headers: an intermediate http.Header cost a map
+	// and a value slice per attribute on every raw-mode call.
+	attrs map[string]string
 }
 
 // encodeBody returns the effect body for the route's body mode.
 func encodeBody(r *gate.Route, m *gate.Message) (body, error) {
 	switch r.Effect.BodyMode {
 	case gate.BodyRaw, "":
-		return body{data: m.Data, contentType: contentTypeOctet, headers: attributeHeaders(m.Attributes)}, nil
+		return body{data: m.Data, contentType: contentTypeOctet, attrs: m.Attributes}, nil
 	case gate.BodyEnvelope:
 		return body{data: m.Envelope, contentType: contentTypeJSON}, nil
 	case gate.BodyCloudEvent:
@@ -46,14 +52,13 @@ func encodeBody(r *gate.Route, m *gate.Message) (body, error) {
 // sendOnce is the effect request body. It is deliberately a type net/http does
 // not recognise: http.NewRequest gives *bytes.Reader, *bytes.Buffer and
 // *strings.Reader bodies a GetBody, and a GetBody is what lets the Transport
-// rewind and resend a request on its own. It reads the slice itself, one
-// allocation per request where a wrapped bytes.Reader took two.
+// rewind and resend a request on its own. It reads the slice itself, and
+// lives in the call's one allocation (effectCall) rather than one of its own;
+// a wrapped bytes.Reader took two.
 type sendOnce struct {
 	b   []byte
 	off int
 }
-
-func newSendOnce(b []byte) *sendOnce { return &sendOnce{b: b} }
 
 func (s *sendOnce) Read(p []byte) (int, error) {
 	if s.off >= len(s.b) {

@@ -57,7 +57,7 @@ func resultID(spec *gate.EffectSpec, resp *http.Response) (id string, ok bool, r
 	}
 	if spec.ResultIDHeader != "" {
 		if v := strings.TrimSpace(resp.Header.Get(spec.ResultIDHeader)); v != "" {
-			return checkID(v, "header "+spec.ResultIDHeader)
+			return checkID(v, "header ", spec.ResultIDHeader)
 		}
 		if spec.ResultIDPointer == "" {
 			return "", false, "no result id in header " + spec.ResultIDHeader
@@ -67,12 +67,15 @@ func resultID(spec *gate.EffectSpec, resp *http.Response) (id string, ok bool, r
 	if err != nil {
 		return "", false, "no result id at " + spec.ResultIDPointer + ": " + err.Error()
 	}
-	return checkID(v, "pointer "+spec.ResultIDPointer)
+	return checkID(v, "pointer ", spec.ResultIDPointer)
 }
 
-func checkID(v, where string) (string, bool, string) {
+// checkID accepts v as a result id unless it is too long. The reason names
+// where it came from, kind and name; they are put together only for that
+// reason, not for every id accepted.
+func checkID(v, kind, name string) (string, bool, string) {
 	if len(v) > maxResultIDLen {
-		return "", false, fmt.Sprintf("result id in %s is longer than %d bytes", where, maxResultIDLen)
+		return "", false, fmt.Sprintf("result id in %s%s is longer than %d bytes", kind, name, maxResultIDLen)
 	}
 	return v, true, ""
 }
@@ -149,8 +152,14 @@ func describe(err error) string {
 func bound(s string) string { return gate.Bound(s, maxReasonLen) }
 
 // drainClose discards a little of what is left of a body so the connection can
-// go back to the pool, then closes it.
+// go back to the pool, then closes it. http.NoBody, which the Transport gives
+// an answer with Content-Length: 0 (a 201 or 204 without content, most
+// confirmations), has nothing to discard, and skipping it skips the
+// LimitReader the discarding allocates.
 func drainClose(body io.ReadCloser) {
+	if body == http.NoBody {
+		return
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrainBytes))
 	_ = body.Close()
 }

@@ -67,6 +67,9 @@ type Client struct {
 	// tracer is nil without a TracerProvider; propagators may be nil.
 	tracer      trace.Tracer
 	propagators propagation.TextMapPropagator
+	// propagatedFields is how many headers the propagators may add to a
+	// request, so that setHeaders sizes the header map for them too.
+	propagatedFields int
 }
 
 // tracerName is the instrumentation scope of the client spans.
@@ -128,6 +131,9 @@ func New(opts Options) *Client {
 	if opts.TracerProvider != nil {
 		c.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
+	if opts.Propagators != nil {
+		c.propagatedFields = len(opts.Propagators.Fields())
+	}
 	return c
 }
 
@@ -154,22 +160,43 @@ func (c *Client) startCall(ctx context.Context, method string) (context.Context,
 	if c.tracer == nil {
 		return ctx, trace.SpanFromContext(context.Background()) // a no-op span
 	}
-	return c.tracer.Start(ctx, spanName(method), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("http.request.method", method)))
-}
-
-// spanNames are the client spans' names for the methods effects use, built
-// once instead of per call.
-var spanNames = map[string]string{
-	http.MethodPost: "HTTP POST", http.MethodPut: "HTTP PUT", http.MethodPatch: "HTTP PATCH",
-	http.MethodGet: "HTTP GET", http.MethodDelete: "HTTP DELETE",
-}
-
-func spanName(method string) string {
-	if n, ok := spanNames[method]; ok {
-		return n
+	k, ok := callKinds[method]
+	if !ok {
+		k = newCallKind(method)
 	}
-	return "HTTP " + method
+	return c.tracer.Start(ctx, k.spanName, k.spanOptions...)
+}
+
+// callKind is what starting a client span for one method takes: its name,
+// and its options (the kind, the method attribute).
+type callKind struct {
+	spanName    string
+	spanOptions []trace.SpanStartOption
+}
+
+// callKinds are the call kinds of the methods effects use, built once
+// instead of per call: the name, the boxed options and their slice were
+// allocations on every call. The options are values the tracer only reads
+// (trace.NewSpanStartConfig copies them into a config of its own), so one
+// slice serves every call at once.
+var callKinds = func() map[string]callKind {
+	m := map[string]callKind{}
+	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodGet, http.MethodDelete} {
+		m[method] = newCallKind(method)
+	}
+	return m
+}()
+
+// newCallKind builds method's call kind: at init for the methods in
+// callKinds, per call for any other.
+func newCallKind(method string) callKind {
+	return callKind{
+		spanName: "HTTP " + method,
+		spanOptions: []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("http.request.method", method)),
+		},
+	}
 }
 
 // traceCall describes r's target on its span, from the URL the request
@@ -177,15 +204,52 @@ func spanName(method string) string {
 func (c *Client) traceCall(span trace.Span, r *http.Request) {
 	if span.IsRecording() {
 		// The address and path only: a query or user info may hold a
-		// credential.
-		span.SetAttributes(attribute.String("server.address", r.URL.Hostname()), attribute.String("url.path", r.URL.Path))
-		if n, err := strconv.Atoi(r.URL.Port()); err == nil {
-			span.SetAttributes(attribute.Int("server.port", n))
+		// credential. One SetAttributes call, whose argument slice is one
+		// allocation, where a call for the port took a second.
+		attrs := [3]attribute.KeyValue{attribute.String("server.address", r.URL.Hostname()), attribute.String("url.path", r.URL.Path)}
+		n := 2
+		if port, err := strconv.Atoi(r.URL.Port()); err == nil {
+			attrs[n] = attribute.Int("server.port", port)
+			n++
 		}
+		span.SetAttributes(attrs[:n]...)
 	}
 	if c.propagators != nil {
-		c.propagators.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+		c.propagators.Inject(r.Context(), headerCarrier(r.Header))
 	}
+}
+
+// headerCarrier is propagation.HeaderCarrier except that Set knows the
+// canonical form of the fields the standard propagators set. A
+// propagator names its fields in lower case ("traceparent"), which
+// http.Header.Set canonicalizes into a new string on every call; Set here
+// stores exactly what http.Header.Set would, the same key and a value slice
+// of its own, without that allocation.
+type headerCarrier http.Header
+
+var _ propagation.TextMapCarrier = headerCarrier(nil)
+
+// Get returns what propagation.HeaderCarrier's Get returns.
+func (hc headerCarrier) Get(key string) string { return propagation.HeaderCarrier(hc).Get(key) }
+
+// Keys returns what propagation.HeaderCarrier's Keys returns.
+func (hc headerCarrier) Keys() []string { return propagation.HeaderCarrier(hc).Keys() }
+
+// Set sets key to value as http.Header.Set does.
+func (hc headerCarrier) Set(key, value string) { hc[canonicalField(key)] = []string{value} }
+
+// canonicalField is http.CanonicalHeaderKey(key), without an allocation for
+// the fields of W3C Trace Context and Baggage.
+func canonicalField(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(key)
 }
 
 // endCall ends a call's span with what came back: the status, or the
@@ -197,10 +261,14 @@ func endCall(span trace.Span, resp *http.Response, err error) {
 			span.SetAttributes(attribute.String("error.type", errorType(err)))
 			span.SetStatus(codes.Error, describe(err))
 		case resp != nil:
-			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+			// One SetAttributes call per answer: each call's argument
+			// slice is an allocation.
+			status := attribute.Int("http.response.status_code", resp.StatusCode)
 			if resp.StatusCode >= 400 {
-				span.SetAttributes(attribute.String("error.type", strconv.Itoa(resp.StatusCode)))
+				span.SetAttributes(status, attribute.String("error.type", strconv.Itoa(resp.StatusCode)))
 				span.SetStatus(codes.Error, "")
+			} else {
+				span.SetAttributes(status)
 			}
 		}
 	}
@@ -254,16 +322,16 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 	callCtx, cancel := withTimeout(ctx, spec.Timeout)
 	defer cancel()
 
-	var tr sendTrace
+	call := newEffectCall(enc.data)
 	m := method(spec.Method)
 	callCtx, span := c.startCall(callCtx, m)
-	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, tr.hooks()), m, spec.URL, enc.data)
+	hreq, err := newEffectRequest(httptrace.WithClientTrace(callCtx, &call.hooks), m, spec.URL, &call.body)
 	if err != nil {
 		endCall(span, nil, err)
 		// The error text would quote the URL; say only what was wrong.
 		return gate.EffectResult{Outcome: gate.OutcomeRetryable, Reason: "not sent: effect method or url is invalid"}
 	}
-	setHeaders(hreq, spec, req, enc)
+	setHeaders(hreq, spec, req, enc, c.propagatedFields)
 	c.traceCall(span, hreq)
 
 	hc := c.http
@@ -273,7 +341,7 @@ func (c *Client) Execute(ctx context.Context, req *gate.EffectRequest) gate.Effe
 	resp, err := hc.Do(hreq)
 	defer func() { endCall(span, resp, err) }()
 	if err != nil {
-		outcome, reason := lost(ctx, spec, &tr, err)
+		outcome, reason := lost(ctx, spec, &call.sent, err)
 		return gate.EffectResult{Outcome: outcome, Reason: bound(reason)}
 	}
 	defer drainClose(resp.Body)
@@ -314,7 +382,7 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 		endCall(span, nil, err)
 		return gate.LookupResult{Outcome: gate.OutcomeUnknown, Reason: "lookup url is invalid"}
 	}
-	setHeaders(hreq, spec, req, body{})
+	setHeaders(hreq, spec, req, body{}, c.propagatedFields)
 	c.traceCall(span, hreq)
 
 	resp, err := c.http.Do(hreq)
@@ -360,20 +428,46 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 // http.NoBody, and GetBody stays nil. An empty body has ContentLength 0, which
 // net/http reads as "unknown" for a non-nil body and sends chunked; that is
 // the price of keeping an empty effect request unreplayable.
-func newEffectRequest(ctx context.Context, method, target string, body []byte) (*http.Request, error) {
-	r, err := http.NewRequestWithContext(ctx, method, target, newSendOnce(body))
+func newEffectRequest(ctx context.Context, method, target string, body *sendOnce) (*http.Request, error) {
+	r, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return nil, err
 	}
-	r.ContentLength = int64(len(body))
+	r.ContentLength = int64(len(body.b))
 	r.GetBody = nil
 	return r, nil
 }
 
-func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, b body) {
-	r.Header.Set("User-Agent", userAgent)
+// Header names setHeaders writes without http.Header.Set, in the canonical
+// form Set would give them (the tests check that they are).
+const (
+	headerUserAgent   = "User-Agent"
+	headerContentType = "Content-Type"
+)
+
+// setHeaders gives r, fresh from http.NewRequestWithContext, its header:
+// the configured headers, the body's, and the ones that tie the request to
+// its attempt, with the precedence the comments below give. more is how
+// many headers something else (the propagators) adds afterwards.
+//
+// It stores what http.Header.Set would, key by key, but with every value it
+// sets in one allocation (headerValues) rather than one each, and, for a
+// header of more than smallHeader entries, in a map sized once for all of
+// them instead of the empty one NewRequest made regrowing on the way.
+func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest, b body, more int) {
+	// The values set here: User-Agent, Content-Type, the configured
+	// headers, the attributes and the three gate headers.
+	const gateHeaders = 3
+	own := 2 + len(spec.Headers) + len(b.attrs) + gateHeaders
+	if n := own + len(b.headers) + more; n > smallHeader {
+		r.Header = make(http.Header, n)
+	}
+	h := r.Header
+	vals := make(headerValues, 0, own)
+
+	h[headerUserAgent] = vals.one(userAgent)
 	if b.contentType != "" {
-		r.Header.Set("Content-Type", b.contentType)
+		h[headerContentType] = vals.one(b.contentType)
 	}
 	for k, v := range spec.Headers {
 		switch {
@@ -383,19 +477,69 @@ func setHeaders(r *http.Request, spec *gate.EffectSpec, req *gate.EffectRequest,
 			// A CloudEvent's encoding defines the media type and the
 			// ce-* headers; configured ones would misdescribe the event.
 		default:
-			r.Header.Set(k, v)
+			h[http.CanonicalHeaderKey(k)] = vals.one(v)
 		}
 	}
 	// The body's own headers (attributes, the event's context) after the
 	// configured ones, which cannot replace them.
 	for k, vs := range b.headers {
-		r.Header[k] = vs
+		h[k] = vs
+	}
+	for name, v := range b.attrs {
+		h[attributeHeaderKey(name)] = vals.one(attributeHeaderValue(v))
 	}
 	// Set last so configuration cannot override what ties the request to
 	// its attempt.
-	r.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey)
-	r.Header.Set(HeaderFence, strconv.FormatInt(req.Fence, 10))
-	r.Header.Set(HeaderOperation, req.OperationID)
+	h[HeaderIdempotencyKey] = vals.one(req.IdempotencyKey)
+	h[HeaderFence] = vals.one(strconv.FormatInt(req.Fence, 10))
+	h[HeaderOperation] = vals.one(req.OperationID)
+}
+
+// smallHeader is how many entries a map holds before it first grows (one
+// group of the runtime's maps, as of Go 1.24). Up to that, the empty map
+// NewRequest made costs no more than a sized one, which would only waste it
+// (measured by BenchmarkExecute: one allocation more per call); beyond it,
+// a sized map saves the regrowth's rehash and the outgrown memory (about
+// 300 bytes a call). Only the cost depends on it, never the header.
+const smallHeader = 8
+
+// headerValues hands out one-value header value slices from one backing
+// array. Each has capacity 1, as the []string{v} of http.Header.Set has, so
+// an Add to one header reallocates instead of writing into its neighbour's.
+// Handing out more than the capacity is still correct: append moves on to
+// a new array and the slices already handed out keep the old one.
+type headerValues []string
+
+// one appends s and returns it as a header's value slice of capacity 1.
+func (v *headerValues) one(s string) []string {
+	*v = append(*v, s)
+	n := len(*v)
+	return (*v)[n-1 : n : n]
+}
+
+// effectCall is the state of one effect call that outlives the stack frame,
+// in one allocation where it took three: how far the request got, the trace
+// hooks that record it, and the request body. (The two hook closures are
+// allocations of their own, as they were.)
+//
+// The hooks cannot be built once per client: they record into this call's
+// sendTrace, and httptrace.WithClientTrace writes into the ClientTrace it
+// is given when the context already carries one (composing the two). Nor
+// can the struct be reused for a later call: WroteRequest runs on the
+// connection's writer goroutine and can still come after Do has returned
+// (a response, or a cancellation, before the whole request was written).
+type effectCall struct {
+	sent  sendTrace
+	hooks httptrace.ClientTrace
+	body  sendOnce
+}
+
+// newEffectCall returns the state of a call that sends data, its hooks
+// bound to its own sendTrace.
+func newEffectCall(data []byte) *effectCall {
+	c := &effectCall{body: sendOnce{b: data}}
+	c.hooks = c.sent.hooks()
+	return c
 }
 
 // sendTrace records how far a request got. GotConn is called on the caller's
@@ -406,8 +550,10 @@ type sendTrace struct {
 	wrote   atomic.Bool
 }
 
-func (s *sendTrace) hooks() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
+// hooks are the trace hooks that record into s; effectCall keeps them next
+// to s, so that the two are one allocation.
+func (s *sendTrace) hooks() httptrace.ClientTrace {
+	return httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { s.gotConn.Store(true) },
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
 			if i.Err == nil {

@@ -102,7 +102,7 @@ func encodeCloudEvent(r *gate.Route, m *gate.Message, binary bool) (body, error)
 	// request the transport refuses, so it is done here.
 	for k, vs := range scratch.Header {
 		for i, v := range vs {
-			vs[i] = percentEncode(v, func(c byte) bool { return c > ' ' && c < 0x7f && c != '"' && c != '%' })
+			vs[i] = percentEncode(v, keepInCEValue)
 		}
 		scratch.Header[k] = vs
 	}
@@ -155,47 +155,102 @@ func extensionNames(attrs map[string]string) map[string]string {
 	return out
 }
 
-// attributeHeaders are a raw-mode request's attribute headers: one per
-// attribute, AttributeHeaderPrefix followed by its encoded name, with its
-// encoded value.
-func attributeHeaders(attrs map[string]string) http.Header {
-	if len(attrs) == 0 {
-		return nil
+// attributeHeaderKey is the header a raw-mode request carries an
+// attribute's value in: AttributeHeaderPrefix followed by the attribute's
+// encoded name (attributeHeaderName), in canonical form, exactly
+// http.CanonicalHeaderKey(AttributeHeaderPrefix + attributeHeaderName(name)).
+//
+// It is built in one allocation, the key itself, where the composition took
+// three (the encoded name, the concatenation, the canonical copy): this runs
+// for every attribute of every raw-mode call. The canonical form is made the
+// way net/textproto makes it (upper case first and after each '-', lower
+// case elsewhere), which is all textproto does to this key: every byte of
+// it is a header token byte (the prefix's, the kept ones, '%' and upper-case
+// hex digits), so textproto does not give up on it as invalid, and no
+// common header starts with the prefix, so it does not return an interned
+// one instead. The package's tests compare the two.
+func attributeHeaderKey(name string) string {
+	var buf [128]byte // most keys fit here, so only the string is allocated
+	key := append(buf[:0], AttributeHeaderPrefix...)
+	key = appendPercentEncoded(key, name, keepInName)
+	upper := true
+	for i, c := range key {
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		key[i] = c
+		upper = c == '-'
 	}
-	h := make(http.Header, len(attrs))
-	for name, v := range attrs {
-		h[http.CanonicalHeaderKey(AttributeHeaderPrefix+attributeHeaderName(name))] = []string{attributeHeaderValue(v)}
-	}
-	return h
+	return string(key)
 }
 
 // attributeHeaderName percent-encodes every byte of name other than a-z,
 // 0-9 and the token punctuation !#$&'*+-.^_`|~, upper-case letters
 // included: a header name is case-insensitive, so only this keeps
 // "eventType" apart from "eventtype". A receiver lower-cases what follows
-// the prefix and percent-decodes it.
-func attributeHeaderName(name string) string {
-	return percentEncode(name, func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$&'*+-.^_`|~", c) >= 0
-	})
+// the prefix and percent-decodes it. It is the rule's reference;
+// attributeHeaderKey applies it without this intermediate string.
+func attributeHeaderName(name string) string { return percentEncode(name, keepInName) }
+
+// keepInName is the set of bytes attributeHeaderName leaves as they are.
+func keepInName(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("!#$&'*+-.^_`|~", c) >= 0
 }
 
 // attributeHeaderValue percent-encodes every byte of v outside printable
 // ASCII (controls, DEL, and every byte of a multi-byte character), the
 // space and the percent sign, so that any value survives as a header value,
 // leading or trailing spaces included. A receiver percent-decodes it.
-func attributeHeaderValue(v string) string {
-	return percentEncode(v, func(c byte) bool { return c > ' ' && c < 0x7f && c != '%' })
-}
+func attributeHeaderValue(v string) string { return percentEncode(v, keepInValue) }
 
+// keepInValue is the set of bytes attributeHeaderValue leaves as they are.
+func keepInValue(c byte) bool { return c > ' ' && c < 0x7f && c != '%' }
+
+// keepInCEValue is the set of bytes a ce-* header value keeps as they are
+// (the HTTP binding's rule; encodeCloudEvent).
+func keepInCEValue(c byte) bool { return c > ' ' && c < 0x7f && c != '"' && c != '%' }
+
+// percentEncode writes every byte of s that keep rejects as %XX (upper-case
+// hex). Most attribute values and names need no escape at all, so s itself
+// is returned when none does, without an allocation; otherwise the result
+// is allocated once, at its exact size.
 func percentEncode(s string, keep func(byte) bool) string {
+	escapes := 0
+	for i := 0; i < len(s); i++ {
+		if !keep(s[i]) {
+			escapes++
+		}
+	}
+	if escapes == 0 {
+		return s
+	}
 	var b strings.Builder
+	b.Grow(len(s) + 2*escapes)
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; keep(c) {
 			b.WriteByte(c)
 		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
+			b.WriteByte('%')
+			b.WriteByte(upperHex[c>>4])
+			b.WriteByte(upperHex[c&0xf])
 		}
 	}
 	return b.String()
 }
+
+// appendPercentEncoded appends s to dst encoded as percentEncode encodes it.
+func appendPercentEncoded(dst []byte, s string, keep func(byte) bool) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; keep(c) {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, '%', upperHex[c>>4], upperHex[c&0xf])
+		}
+	}
+	return dst
+}
+
+// upperHex are the digits of a percent escape, upper case as RFC 3986 asks.
+const upperHex = "0123456789ABCDEF"

@@ -13,7 +13,7 @@ import (
 func TestEffectRequestIsNotReplayable(t *testing.T) {
 	t.Parallel()
 	for _, body := range [][]byte{nil, {}, []byte("x")} {
-		r, err := newEffectRequest(context.Background(), http.MethodPost, "http://example.test/", body)
+		r, err := newEffectRequest(context.Background(), http.MethodPost, "http://example.test/", &newEffectCall(body).body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package downstream_test
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -67,7 +69,14 @@ func TestCallsCarryTheirTrace(t *testing.T) {
 			t.Errorf("attribute %s = %q (present %v); want %q", key, v.String(), ok, want)
 		}
 	}
-	if client.Status().Code == codes.Error {
+	port, err := strconv.Atoi(strings.TrimPrefix(srv.URL[strings.LastIndex(srv.URL, ":"):], ":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := spanAttr(client, "server.port"); !ok || v.AsInt64() != int64(port) {
+		t.Errorf("attribute server.port = %v (present %v); want %d", v.String(), ok, port)
+	}
+	if _, ok := spanAttr(client, "error.type"); ok || client.Status().Code == codes.Error {
 		t.Errorf("a 204 marked the span as an error: %+v", client.Status())
 	}
 	sent := propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(last().header))
@@ -102,6 +111,9 @@ func TestCallSpansRecordFailures(t *testing.T) {
 	}
 	if spans[1].Name() != "HTTP GET" {
 		t.Errorf("lookup span %q; want HTTP GET", spans[1].Name())
+	}
+	if v, ok := spanAttr(spans[1], "http.response.status_code"); !ok || v.AsInt64() != 404 {
+		t.Errorf("lookup span's http.response.status_code = %v (present %v); want 404", v.String(), ok)
 	}
 }
 
