@@ -300,16 +300,38 @@ func measureBudget(t *testing.T) (budget, bool) {
 	// whose statements and scans land in the next reading (the idle phase
 	// measures them, to be subtracted); xact_commit is read from the
 	// observer.
+	//
+	// The reading connection of the reading before may still be on its way
+	// out (closing a pgx connection does not wait for its backend), and its
+	// scans count only once it has gone: read waits for every other backend
+	// of the database to leave first, or a phase would count them sometimes
+	// and the idle phase's subtraction would not match.
 	read := func() cost {
 		var c cost
-		if err := obs.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, dbName).Scan(&c.xacts); err != nil {
-			t.Fatal(err)
-		}
 		conn, err := pgx.Connect(ctx, dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			var others int
+			// Asked by the observer, so that waiting adds nothing to the
+			// database's own counts.
+			if err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> $2`,
+				dbName, conn.PgConn().PID()).Scan(&others); err != nil {
+				t.Fatal(err)
+			}
+			if others == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d other backends still on %s", others, dbName)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := obs.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, dbName).Scan(&c.xacts); err != nil {
+			t.Fatal(err)
+		}
 		rows, err := conn.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
 			coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables`)
 		if err != nil {
