@@ -42,10 +42,13 @@ commands:
   version        print the version this binary was built as
   ops show ID    print an operation's evidence record (-json for all of it)
   ops list       list operations: -route, -state, -message_id, -key, -limit, -cursor; -q for ids only
-  ops resolve ID --kind happened|not_happened|abandon [--result-id R] --reason TEXT [--actor NAME]
-                 record what became of an operation's effect (actor defaults to $USER)
-  ops replay ID --reason TEXT [--actor NAME]
+  ops resolve ID --kind happened|not_happened|abandon [--result-id R] --reason TEXT [--note TEXT]
+                 record what became of an operation's effect (under the token's credential name)
+  ops replay ID --reason TEXT [--note TEXT]
                  give a terminally failed operation one more attempt, same key
+  ops outbox retry|cancel ID --reason TEXT [--note TEXT]
+                 make a handoff's outbox entry due now, or stop relaying it (its
+                 operation ends terminal_failure, and a replay hands it back)
   ops dead-letters
                  list terminal operations and conflict records: -route, -limit, -cursor
   ops poison     list messages kept without a usable identity: -route, -limit, -cursor

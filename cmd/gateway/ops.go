@@ -28,7 +28,7 @@ import (
 // The admin URL is GATEWAY_ADMIN_URL, or http://127.0.0.1 on the port of
 // GATEWAY_ADMIN_ADDR (default :8081); the token is GATEWAY_ADMIN_TOKEN.
 func ops(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	const want = "want show, list, resolve, replay, dead-letters, poison or routes"
+	const want = "want show, list, resolve, replay, outbox, dead-letters, poison or routes"
 	if len(args) == 0 {
 		return usageError("ops: " + want)
 	}
@@ -44,7 +44,7 @@ func ops(ctx context.Context, args []string, getenv func(string) string, stdout 
 }
 
 func opsCommand(ctx context.Context, c *adminClient, args []string, getenv func(string) string, stdout io.Writer) error {
-	const want = "want show, list, resolve, replay, dead-letters, poison or routes"
+	const want = "want show, list, resolve, replay, outbox, dead-letters, poison or routes"
 	switch args[0] {
 	case "show":
 		return opsShow(ctx, c, args[1:], stdout)
@@ -54,6 +54,8 @@ func opsCommand(ctx context.Context, c *adminClient, args []string, getenv func(
 		return opsResolve(ctx, c, args[1:], getenv, stdout)
 	case "replay":
 		return opsReplay(ctx, c, args[1:], getenv, stdout)
+	case "outbox":
+		return opsOutbox(ctx, c, args[1:], getenv, stdout)
 	case "dead-letters":
 		return opsDeadLetters(ctx, c, args[1:], stdout)
 	case "poison":

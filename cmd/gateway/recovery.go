@@ -138,6 +138,37 @@ func opsReplay(ctx context.Context, c *adminClient, args []string, getenv func(s
 	return printResolved(stdout, h, &rec, *asJSON)
 }
 
+// opsOutbox acts on a handoff's outbox entry: retry makes it due now,
+// cancel stops relaying it (its operation ends terminal, replayable). The
+// entry is named by its operation's id, as the API names it.
+func opsOutbox(ctx context.Context, c *adminClient, args []string, getenv func(string) string, stdout io.Writer) error {
+	const want = "want retry or cancel, then an operation id"
+	if len(args) == 0 {
+		return usageError("ops outbox: " + want)
+	}
+	action := args[0]
+	if action != "retry" && action != "cancel" {
+		return usageError(fmt.Sprintf("ops outbox: unknown action %q (%s)", action, want))
+	}
+	fs := flag.NewFlagSet("ops outbox "+action, flag.ContinueOnError)
+	reason := fs.String("reason", "", "why, kept in the evidence record")
+	actor, note := actorFlag(fs, getenv)
+	asJSON := fs.Bool("json", false, "print the evidence record as JSON")
+	id, err := parseWithID(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := needText("reason", *reason); err != nil {
+		return err
+	}
+	var rec adminapi.EvidenceRecord
+	h, err := c.post(ctx, "/v1/outbox/"+url.PathEscape(id)+"/"+action, adminapi.OutboxActionRequest{Reason: *reason, Note: *note, Actor: *actor}, &rec)
+	if err != nil {
+		return err
+	}
+	return printResolved(stdout, h, &rec, *asJSON)
+}
+
 // printResolved says what a resolution did and what happens next.
 func printResolved(stdout io.Writer, h http.Header, rec *adminapi.EvidenceRecord, asJSON bool) error {
 	if asJSON {
