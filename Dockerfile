@@ -65,6 +65,13 @@ LABEL org.opencontainers.image.title="ackgate" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 COPY --from=build /out/gateway /gateway
+# The chart's default (gateway.godebug): without it the runtime starts each
+# new goroutine's stack at the average size of those it scanned, which the
+# deep delivery goroutines raise for everyone (6 to 10 MB more at 1,000
+# deliveries in flight, docs/performance.md). Go takes this one only from
+# the environment, not as a //go:debug line. A deployment's own GODEBUG
+# replaces it.
+ENV GODEBUG=adaptivestackstart=0
 # Numeric, so that Kubernetes can verify runAsNonRoot without reading the
 # image's /etc/passwd (it refuses a non-numeric user under runAsNonRoot
 # unless runAsUser is also set). 65532 is distroless's "nonroot".

@@ -1541,8 +1541,8 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 // TestGodebug: the chart starts goroutines with the smallest stack by
-// default; "" leaves GODEBUG to the runtime's defaults or to extraEnv, which
-// may not set it beside the chart's own.
+// default; "" leaves GODEBUG to the image's own or to extraEnv, which may
+// not set it beside the chart's own.
 func TestGodebug(t *testing.T) {
 	t.Parallel()
 	src := envSource(t, gatewayContainer(t, mustRender(t, withExampleRoutes(t))))

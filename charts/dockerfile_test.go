@@ -271,9 +271,13 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("final image %s, want distroless/static or scratch", final.image)
 	}
 	var copies, users, exposes []instruction
-	var entrypoint, cmd string
+	var entrypoint, cmd, godebug string
 	for _, in := range final.body {
 		switch in.cmd {
+		case "ENV":
+			if v, ok := strings.CutPrefix(in.args, "GODEBUG="); ok {
+				godebug = v
+			}
 		case "COPY":
 			copies = append(copies, in)
 		case "USER":
@@ -305,6 +309,10 @@ func TestDockerfile(t *testing.T) {
 	}
 	if want := strconv.Itoa(intValue(t, defaults, "podSecurityContext.runAsUser")); uid != want {
 		t.Errorf("USER uid %s, the chart runs as %s", uid, want)
+	}
+	// An image run without the chart gets the chart's runtime settings too.
+	if want, err := defaults.PathValue("gateway.godebug"); err != nil || godebug == "" || godebug != want {
+		t.Errorf("final stage GODEBUG %q, the chart's gateway.godebug %v (%v)", godebug, want, err)
 	}
 	var ports []string
 	for _, e := range exposes {
