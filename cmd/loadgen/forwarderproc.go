@@ -57,7 +57,7 @@ func startForwarderProcess(ctx context.Context, target string) (*forwarderProces
 		return nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), forwarderTargetEnv+"="+target)
+	cmd.Env = append(withImageGodebug(os.Environ()), forwarderTargetEnv+"="+target)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -580,3 +580,20 @@ func TestTableWritesPerMessage(t *testing.T) {
 		t.Errorf("describe =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// The gateway and the forwarder run with the image's GODEBUG unless the
+// environment has one of its own, which replaces it as a deployment's does.
+func TestImageGodebugUnlessTheEnvironmentSetsOne(t *testing.T) {
+	base := []string{"PATH=/bin", "HOME=/root"}
+	got := withImageGodebug(base)
+	if godebugOf(got) != imageGodebug || len(base) != 2 {
+		t.Errorf("without GODEBUG: %v (and the environment given is %v)", got, base)
+	}
+	own := []string{"PATH=/bin", "GODEBUG=madvdontneed=1"}
+	if got := withImageGodebug(own); godebugOf(got) != "madvdontneed=1" || len(got) != 2 {
+		t.Errorf("with GODEBUG of its own: %v", got)
+	}
+	if godebugOf(base) != "" {
+		t.Errorf("no GODEBUG read as %q", godebugOf(base))
+	}
+}

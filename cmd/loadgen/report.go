@@ -77,7 +77,8 @@ func (r *report) describeMachine(ctx context.Context, b *bench) error {
 	if b.cfg.GatewayDBParams != "" {
 		pool = b.cfg.GatewayDBParams
 	}
-	gateway := fmt.Sprintf("started by this run, pid %s; database pool: %s; log level %s", pidString(b.gwPID), pool, b.cfg.GatewayLogLevel)
+	gateway := fmt.Sprintf("started by this run, pid %s; database pool: %s; log level %s; GODEBUG %s", pidString(b.gwPID), pool,
+		b.cfg.GatewayLogLevel, godebugOf(withImageGodebug(os.Environ())))
 	if b.cfg.Target != "" {
 		gateway = "target " + b.cfg.Target + ", pid " + pidString(b.gwPID)
 	} else if b.gw == nil {

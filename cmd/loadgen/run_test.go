@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ func TestShortRealRun(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	t.Logf("report:\n%s", out.String())
+	if want := "; GODEBUG " + godebugOf(withImageGodebug(os.Environ())); !strings.Contains(out.String(), want) {
+		t.Errorf("the report does not say %q", want)
+	}
 	if want := "gateway memory limit: GATEWAY_MEMORY_LIMIT=512MiB (from -gateway-memory-limit)"; !strings.Contains(out.String(), want) {
 		t.Errorf("the report does not say %q", want)
 	}

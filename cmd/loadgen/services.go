@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -315,7 +316,7 @@ func startGateway(ctx context.Context, bin, dir, dbURL, serveURL, redisAddr, dow
 	if err != nil {
 		return nil, err
 	}
-	env := append(os.Environ(),
+	env := append(withImageGodebug(os.Environ()),
 		"GATEWAY_REDIS_URL=redis://"+redisAddr+"/0",
 		"GATEWAY_ROUTES_FILE="+routes,
 		"GATEWAY_LISTEN_ADDR="+ingest,
@@ -373,3 +374,29 @@ func pidString(pid int) string {
 // probe asks /readyz; a gateway that does not answer within its timeout is
 // not ready, rather than a wait without end.
 var probe = &http.Client{Timeout: 2 * time.Second}
+
+// imageGodebug is the GODEBUG the gateway's image and chart set
+// (Dockerfile, charts/ackgate/values.yaml gateway.godebug), so that a run
+// measures the gateway, and the forwarder beside it, as deployed.
+const imageGodebug = "adaptivestackstart=0"
+
+// withImageGodebug is env with GODEBUG=imageGodebug added, unless env sets
+// GODEBUG already, as a deployment's own replaces the image's.
+func withImageGodebug(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GODEBUG=") {
+			return env
+		}
+	}
+	return append(slices.Clip(env), "GODEBUG="+imageGodebug)
+}
+
+// godebugOf is the GODEBUG a process started with env runs under.
+func godebugOf(env []string) string {
+	for _, kv := range slices.Backward(env) {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			return v
+		}
+	}
+	return ""
+}
