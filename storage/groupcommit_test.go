@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -394,85 +393,72 @@ func TestLoneAckMarkIsWritten(t *testing.T) {
 // found, created, so each kind of row follows the other.
 func TestCreatedAndFoundClaimsShareAStatement(t *testing.T) {
 	t.Parallel()
-	url := migratedURL(t)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
-		t.Run(mode, func(t *testing.T) {
-			pool, err := storage.NewPool(context.Background(), url+sep+"default_query_exec_mode="+mode)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			l := storage.NewLedger(pool)
-			ctx := context.Background()
-			pending, fresh := newOperation("mixed-"+mode+"-a-pending"), newOperation("mixed-"+mode+"-b-fresh")
-			acknowledged, refused := newOperation("mixed-"+mode+"-c-acked"), newOperation("mixed-"+mode+"-d-refused")
-			createPending(t, l, pending)
-			createPending(t, l, acknowledged)
-			must(t, l.Write(ctx, confirm(t, acknowledged, "r-acked", t0)))
-			must(t, l.Write(ctx, acked(t, acknowledged, 1, t0)))
-			at := t0.Add(time.Minute)
-			claims := []*gate.Change{creating(t, pending, "m-2", at), creating(t, fresh, "m-1", at),
-				creating(t, acknowledged, "m-2", at), creatingTerminal(t, refused, "m-1", at, nil)}
+	inEveryQueryMode(t, func(t *testing.T, l *storage.Ledger, mode string) {
+		ctx := context.Background()
+		pending, fresh := newOperation("mixed-"+mode+"-a-pending"), newOperation("mixed-"+mode+"-b-fresh")
+		acknowledged, refused := newOperation("mixed-"+mode+"-c-acked"), newOperation("mixed-"+mode+"-d-refused")
+		createPending(t, l, pending)
+		createPending(t, l, acknowledged)
+		must(t, l.Write(ctx, confirm(t, acknowledged, "r-acked", t0)))
+		must(t, l.Write(ctx, acked(t, acknowledged, 1, t0)))
+		at := t0.Add(time.Minute)
+		claims := []*gate.Change{creating(t, pending, "m-2", at), creating(t, fresh, "m-1", at),
+			creating(t, acknowledged, "m-2", at), creatingTerminal(t, refused, "m-1", at, nil)}
 
-			type outcome struct {
-				op      *gate.Operation
-				created bool
-				err     error
+		type outcome struct {
+			op      *gate.Operation
+			created bool
+			err     error
+		}
+		out := make([]outcome, len(claims))
+		queued, release := l.HoldFlushers()
+		var wg sync.WaitGroup
+		for i, c := range claims {
+			wg.Go(func() {
+				op, created, err := l.Claim(ctx, c)
+				out[i] = outcome{op, created, err}
+			})
+		}
+		waitFor(t, func() bool { return queued() == len(claims) })
+		before, _ := l.GroupCommitStats()
+		release()
+		wg.Wait()
+		if after, _ := l.GroupCommitStats(); after-before != 1 {
+			t.Fatalf("%d round trips for %d claims, want 1", after-before, len(claims))
+		}
+		for i, o := range out {
+			id := claims[i].OperationID
+			creates := i == 1 || i == 3
+			switch {
+			case o.err != nil:
+				t.Fatalf("claim of %s: %v", id, o.err)
+			case o.created != creates:
+				t.Fatalf("claim of %s: created %v, want %v", id, o.created, creates)
+			case creates && o.op != nil:
+				t.Fatalf("claim of %s created it and returned %+v, want no operation", id, o.op)
+			case creates:
+				continue
 			}
-			out := make([]outcome, len(claims))
-			queued, release := l.HoldFlushers()
-			var wg sync.WaitGroup
-			for i, c := range claims {
-				wg.Go(func() {
-					op, created, err := l.Claim(ctx, c)
-					out[i] = outcome{op, created, err}
-				})
+			want := mustFind(t, l, id)
+			if !reflect.DeepEqual(o.op, want) {
+				t.Fatalf("claim of %s found\n%+v with last attempt %+v;\nFindByID right after has\n%+v with last attempt %+v",
+					id, o.op, o.op.LastAttempt, want, want.LastAttempt)
 			}
-			waitFor(t, func() bool { return queued() == len(claims) })
-			before, _ := l.GroupCommitStats()
-			release()
-			wg.Wait()
-			if after, _ := l.GroupCommitStats(); after-before != 1 {
-				t.Fatalf("%d round trips for %d claims, want 1", after-before, len(claims))
+			if o.op.DeliveryCount != 2 {
+				t.Fatalf("claim of %s counted delivery %d, want 2", id, o.op.DeliveryCount)
 			}
-			for i, o := range out {
-				id := claims[i].OperationID
-				creates := i == 1 || i == 3
-				switch {
-				case o.err != nil:
-					t.Fatalf("claim of %s: %v", id, o.err)
-				case o.created != creates:
-					t.Fatalf("claim of %s: created %v, want %v", id, o.created, creates)
-				case creates && o.op != nil:
-					t.Fatalf("claim of %s created it and returned %+v, want no operation", id, o.op)
-				case creates:
-					continue
-				}
-				want := mustFind(t, l, id)
-				if !reflect.DeepEqual(o.op, want) {
-					t.Fatalf("claim of %s found\n%+v with last attempt %+v;\nFindByID right after has\n%+v with last attempt %+v",
-						id, o.op, o.op.LastAttempt, want, want.LastAttempt)
-				}
-				if o.op.DeliveryCount != 2 {
-					t.Fatalf("claim of %s counted delivery %d, want 2", id, o.op.DeliveryCount)
-				}
+		}
+		if got := out[2].op; got.State != gate.StateAcknowledged || got.ResultID != "r-acked" || got.LastAttempt == nil ||
+			got.LastAttempt.Outcome != gate.OutcomeConfirmed {
+			t.Fatalf("the redelivery of acknowledged work found %+v", got)
+		}
+		if rec := mustGet(t, l, acknowledged.ID); len(rec.Deliveries) != 2 || rec.Deliveries[1].Decision != gate.Ack {
+			t.Fatalf("the redelivery of acknowledged work was not answered by its claim: %+v", rec.Deliveries)
+		}
+		for _, op := range []*gate.Operation{fresh, refused} {
+			if rec := mustGet(t, l, op.ID); rec.DeliveryCount != 1 || rec.Fence != 1 || rec.Fingerprint != op.Fingerprint {
+				t.Fatalf("created %s: %+v", op.ID, rec.Operation)
 			}
-			if got := out[2].op; got.State != gate.StateAcknowledged || got.ResultID != "r-acked" || got.LastAttempt == nil ||
-				got.LastAttempt.Outcome != gate.OutcomeConfirmed {
-				t.Fatalf("the redelivery of acknowledged work found %+v", got)
-			}
-			if rec := mustGet(t, l, acknowledged.ID); len(rec.Deliveries) != 2 || rec.Deliveries[1].Decision != gate.Ack {
-				t.Fatalf("the redelivery of acknowledged work was not answered by its claim: %+v", rec.Deliveries)
-			}
-			for _, op := range []*gate.Operation{fresh, refused} {
-				if rec := mustGet(t, l, op.ID); rec.DeliveryCount != 1 || rec.Fence != 1 || rec.Fingerprint != op.Fingerprint {
-					t.Fatalf("created %s: %+v", op.ID, rec.Operation)
-				}
-			}
-		})
-	}
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ackgate/ackgate/internal/testenv"
 )
 
 // A handoff's outbox entry from the shell, against a gateway serving
@@ -56,25 +53,7 @@ func TestOpsOutboxRetryAndCancel(t *testing.T) {
 	if err := os.WriteFile(routes, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := newGatewayEnv(t, testenv.DatabaseURL(t), testenv.Redis(t), routes)
-	env["GATEWAY_RELAY_POLL"] = "50ms"
-	serverEnv := gatewayEnv{"GATEWAY_ADMIN_TOKENS": operatorTokens}
-	for k, v := range env {
-		serverEnv[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, serverEnv.get, io.Discard, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	addr := env["GATEWAY_LISTEN_ADDR"]
-	waitReady(t, addr)
-	ops := cli{t: t, env: env}
+	addr, ops := serveForOps(t, routes, gatewayEnv{"GATEWAY_RELAY_POLL": "50ms"})
 
 	// waitFor polls until cond holds; the bound only keeps a broken relay
 	// from hanging the test.

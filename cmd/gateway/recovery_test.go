@@ -120,6 +120,37 @@ func (c cli) opID(messageID string) string {
 	return strings.Fields(lines[1])[0]
 }
 
+// serveForOps migrates a database of its own and serves routes in-process,
+// with settings added to the gateway's environment and operatorTokens as its
+// admin credentials, until the test ends. It returns the ingest address and
+// a gateway ops that reaches the admin listener (with no token of its own:
+// as gives it one).
+func serveForOps(t *testing.T, routes string, settings gatewayEnv) (string, cli) {
+	t.Helper()
+	env := newGatewayEnv(t, testenv.DatabaseURL(t), testenv.Redis(t), routes)
+	for k, v := range settings {
+		env[k] = v
+	}
+	serverEnv := gatewayEnv{"GATEWAY_ADMIN_TOKENS": operatorTokens}
+	for k, v := range env {
+		serverEnv[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
+		cancel()
+		t.Fatalf("migrate: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, serverEnv.get, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	addr := env["GATEWAY_LISTEN_ADDR"]
+	waitReady(t, addr)
+	return addr, cli{t: t, env: env}
+}
+
 // Each resolution kind and a replay from the shell, against a gateway
 // serving in-process: what each changes, who and why recorded, the
 // downstream calls that follow, and the exit status of every refusal.
@@ -139,24 +170,7 @@ func TestOpsResolveReplayAndDeadLetters(t *testing.T) {
 	if err := os.WriteFile(routes, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := newGatewayEnv(t, testenv.DatabaseURL(t), testenv.Redis(t), routes)
-	serverEnv := gatewayEnv{"GATEWAY_ADMIN_TOKENS": operatorTokens}
-	for k, v := range env {
-		serverEnv[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := run(ctx, []string{"migrate"}, env.get, io.Discard, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, serverEnv.get, io.Discard, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	addr := env["GATEWAY_LISTEN_ADDR"]
-	waitReady(t, addr)
-	ops := cli{t: t, env: env}
+	addr, ops := serveForOps(t, routes, nil)
 
 	// Three unsafe effects whose answers were lost: indeterminate.
 	down.lose.Store(true)
