@@ -66,7 +66,9 @@ func TestOpsOutboxRetryAndCancel(t *testing.T) {
 		}
 	}
 	// handOff pushes a message while the downstream fails, and returns its
-	// operation once the relay's first pass has failed on it.
+	// operation once the relay's first pass has failed on it and recorded
+	// so: a command that came between the call and that record would see
+	// its schedule replaced by the pass's backoff.
 	handOff := func(messageID string) string {
 		t.Helper()
 		failing.Store(true)
@@ -75,7 +77,11 @@ func TestOpsOutboxRetryAndCancel(t *testing.T) {
 			t.Fatalf("push %s: %d, want the handoff's ack", messageID, code)
 		}
 		waitFor("the relay's first pass on "+messageID, func() bool { return calls.Load() > before })
-		return ops.opID(messageID)
+		id := ops.opID(messageID)
+		waitFor("the first pass's outcome on "+messageID, func() bool {
+			return strings.Contains(ops.must("show", id, "-json"), `"retryable"`)
+		})
+		return id
 	}
 
 	// retry: the entry backed off for a minute is due at once, and the
