@@ -279,22 +279,28 @@ func measureBudget(t *testing.T) (budget, bool) {
 		}
 		g.Ledger = storage.NewLedger(pool)
 	}
-	closePool := func() {
-		pool.Close()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var backends int
-			if err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&backends); err != nil {
+	// leave waits until no backend but the one with pid (0: none) is on the
+	// database, asked by the observer so that waiting adds nothing to the
+	// database's own counts.
+	leave := func(pid uint32) {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			var others int
+			if err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> $2`,
+				dbName, pid).Scan(&others); err != nil {
 				t.Fatal(err)
 			}
-			if backends == 0 {
+			if others == 0 {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%d backends still on %s", backends, dbName)
+				t.Fatalf("%d backends still on %s", others, dbName)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	closePool := func() {
+		pool.Close()
+		leave(0)
 	}
 	// read takes the database's counters through a connection of its own,
 	// whose statements and scans land in the next reading (the idle phase
@@ -313,22 +319,7 @@ func measureBudget(t *testing.T) (budget, bool) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			var others int
-			// Asked by the observer, so that waiting adds nothing to the
-			// database's own counts.
-			if err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> $2`,
-				dbName, conn.PgConn().PID()).Scan(&others); err != nil {
-				t.Fatal(err)
-			}
-			if others == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d other backends still on %s", others, dbName)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		leave(conn.PgConn().PID())
 		if err := obs.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, dbName).Scan(&c.xacts); err != nil {
 			t.Fatal(err)
 		}
