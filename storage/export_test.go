@@ -33,14 +33,7 @@ func (l *Ledger) SendBatch(changes []*gate.Change) []error {
 // take the steps meant to be held.
 func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 	c := &l.commit
-	for {
-		c.mu.Lock()
-		if c.flushers == 0 {
-			break
-		}
-		c.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
+	c.lockIdle()
 	c.flushers = maxFlushers
 	c.mu.Unlock()
 	queued = func() int {
@@ -55,6 +48,26 @@ func (l *Ledger) HoldFlushers() (queued func() int, release func()) {
 		l.flush() // leaves the slot when the queue is empty
 	}
 	return queued, release
+}
+
+// WaitFlushersIdle returns once no flusher runs: a caller has its answer
+// before its flusher looks at the queue again, and a flusher still looking
+// would take the next step at once.
+func (l *Ledger) WaitFlushersIdle() {
+	l.commit.lockIdle()
+	l.commit.mu.Unlock()
+}
+
+// lockIdle waits until no flusher runs and returns holding c.mu.
+func (c *committer) lockIdle() {
+	for {
+		c.mu.Lock()
+		if c.flushers == 0 {
+			return
+		}
+		c.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // LingerAckMarks makes a lone ack mark wait d for a batch to ride, and

@@ -349,6 +349,9 @@ func TestAckMarkRidesTheNextClaim(t *testing.T) {
 	done := newOperation("ride-acked")
 	createPending(t, l, done)
 	must(t, l.Write(ctx, confirm(t, done, "r", t0)))
+	// The confirmation's flusher, still looking at the queue, would take
+	// the mark at once instead of leaving it to linger.
+	l.WaitFlushersIdle()
 	before, _ := l.GroupCommitStats()
 	marked := make(chan error, 1)
 	go func() { marked <- l.Write(ctx, acked(t, done, 1, t0)) }()
