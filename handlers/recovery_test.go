@@ -518,12 +518,11 @@ func TestNotHappenedAllowsExactlyOneAttempt(t *testing.T) {
 			wg.Go(func() { codes <- e.push("mail", m).Status })
 		}
 		// A resolution while the granted attempt runs is refused: the
-		// operation is open, and its owner is at work.
-		wg.Go(func() {
-			a := e.resolveOp(id, adminapi.ResolveRequest{Kind: gate.ResolveHappened, ResultID: "r-x", Reason: "guess", Actor: "hank"})
-			codes <- a.Status
-		})
+		// operation is open, and its owner is at work. It is sent while the
+		// downstream holds the attempt's call: sent any later, it could find
+		// the operation back in the lane (lost answer) and rightly apply.
 		waitCalls(t, e, calls+1)
+		codes <- e.resolveOp(id, adminapi.ResolveRequest{Kind: gate.ResolveHappened, ResultID: "r-x", Reason: "guess", Actor: "hank"}).Status
 		close(release)
 		wg.Wait()
 		close(codes)
