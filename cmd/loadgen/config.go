@@ -23,10 +23,11 @@ const defaultPostgresURL = "postgres://ackgate:ackgate@127.0.0.1:5432/ackgate?ss
 const (
 	sysOp        = "op"
 	sysForwarder = "forwarder"
+	sysBare      = "bare"
 	sysAckgate   = "ackgate"
 )
 
-var allSystems = []string{sysOp, sysForwarder, sysAckgate}
+var allSystems = []string{sysOp, sysForwarder, sysBare, sysAckgate}
 
 type config struct {
 	// The main phase: the throughput comparison.
@@ -99,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.Redeliver, "redeliver", 0, "share of messages pushed a second time after their ack (0 to 1)")
 	fs.Float64Var(&c.SNS, "sns", 0, "share of messages sent as SNS notifications instead of Pub/Sub pushes (0 to 1)")
 	fs.IntVar(&c.PayloadBytes, "payload", 256, "bytes of message data")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: op, forwarder, ackgate")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: op, forwarder, bare, ackgate")
 	fs.StringVar(&c.PostgresURL, "postgres-url", envOr("ACKGATE_TEST_DATABASE_URL", defaultPostgresURL), "Postgres on loopback where the run's database is created (the role needs CREATEDB)")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "", "Redis for the gateway (host:port on loopback); empty starts a private redis-server, whose counters nothing else touches")
 	fs.StringVar(&c.GatewayBin, "gateway-bin", "", "gateway binary; empty builds ./cmd/gateway (run from the repository)")
@@ -210,6 +211,10 @@ func (c *config) validate() error {
 		}
 		if c.TargetPID < 0 {
 			bad("-target-pid %d is not a process id", c.TargetPID)
+		}
+		if c.runs(sysBare) && c.RedisAddr == "" {
+			// A private Redis would be read as the target's.
+			bad("-systems bare with -target needs -redis-addr")
 		}
 	} else if c.TargetDBURL != "" || c.TargetPID != 0 {
 		bad("-target-database-url and -target-pid only apply with -target")

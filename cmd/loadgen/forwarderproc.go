@@ -41,9 +41,9 @@ func serveForwarderIfAsked() bool {
 	return true
 }
 
-// forwarderProcess is a forwarder started by serveForwarderIfAsked in a
-// child process.
-type forwarderProcess struct {
+// childProcess is this binary started again as a forwarder
+// (serveForwarderIfAsked) or as the bare pipeline (serveBareIfAsked).
+type childProcess struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
 	url   string
@@ -51,13 +51,19 @@ type forwarderProcess struct {
 	done  chan error
 }
 
-func startForwarderProcess(ctx context.Context, target string) (*forwarderProcess, error) {
+func startForwarderProcess(ctx context.Context, target string) (*childProcess, error) {
+	return startChild(ctx, "forwarder", forwarderTargetEnv+"="+target)
+}
+
+// startChild starts this binary with env added and waits for the URL it
+// prints first.
+func startChild(ctx context.Context, what, env string) (*childProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(withImageGodebug(os.Environ()), forwarderTargetEnv+"="+target)
+	cmd.Env = append(withImageGodebug(os.Environ()), env)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -70,7 +76,7 @@ func startForwarderProcess(ctx context.Context, target string) (*forwarderProces
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &forwarderProcess{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, done: make(chan error, 1)}
+	p := &childProcess{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, done: make(chan error, 1)}
 	first := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
@@ -90,14 +96,14 @@ func startForwarderProcess(ctx context.Context, target string) (*forwarderProces
 	}
 	if err != nil {
 		_ = p.stop()
-		return nil, fmt.Errorf("forwarder process: %w", err)
+		return nil, fmt.Errorf("%s process: %w", what, err)
 	}
 	return p, nil
 }
 
 // stop closes the child's stdin, which ends it, and kills it if it has not
 // ended within a few seconds.
-func (p *forwarderProcess) stop() error {
+func (p *childProcess) stop() error {
 	_ = p.stdin.Close()
 	select {
 	case err := <-p.done:

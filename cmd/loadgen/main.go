@@ -1,18 +1,22 @@
 // Command loadgen measures what the gateway's evidence costs, by running the
-// gateway side by side with two systems that do the same work without it, in
-// one invocation on one machine:
+// gateway side by side with three systems that do the same work with less or
+// none of it, in one invocation on one machine:
 //
 //   - op: the two statements a ledger cannot do with less (INSERT the intent,
 //     UPDATE it to confirmed; two commits) through pgx, with no HTTP at all;
 //   - forwarder: a naive push endpoint that decodes the message, forwards it
 //     to the downstream with the message id as Idempotency-Key and acks on a
 //     2xx, keeping no ledger;
+//   - bare: the gateway's steps (a fenced Redis lease, the intent row, the
+//     effect, the evidence row, the answer, then the ack mark) written as
+//     plainly as they can be, in a process of its own (bare.go): the bound
+//     any implementation of the design meets on this machine;
 //   - ackgate: a real gateway process (built from ./cmd/gateway, migrated and
 //     served against a database of its own), pushed by the same client code
 //     as the forwarder and calling the same in-process downstream.
 //
 // Throughput alone on a shared machine says little; the ratios between the
-// three, taken minutes apart under the same noise, say how far the evidence
+// four, taken minutes apart under the same noise, say how far the evidence
 // is from the speed of the database. Costs are read from the servers' own
 // counters, not inferred from the client: pg_stat_database transactions,
 // pg_current_wal_lsn, Redis INFO commandstats, the gateway process's
@@ -39,7 +43,7 @@ import (
 )
 
 func main() {
-	if serveForwarderIfAsked() {
+	if serveForwarderIfAsked() || serveBareIfAsked() {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

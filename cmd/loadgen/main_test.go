@@ -6,9 +6,9 @@ import (
 )
 
 // TestMain lets the test binary stand in for loadgen when a run starts its
-// forwarder process (os.Executable is then this binary).
+// forwarder or bare process (os.Executable is then this binary).
 func TestMain(m *testing.M) {
-	if serveForwarderIfAsked() {
+	if serveForwarderIfAsked() || serveBareIfAsked() {
 		return
 	}
 	os.Exit(m.Run())

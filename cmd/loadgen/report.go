@@ -124,6 +124,7 @@ func (r *report) print(w io.Writer) {
 	}
 	r.printHandoff(w)
 	r.printRatios(w)
+	r.printBound(w)
 }
 
 var phaseTitle = map[string]string{
@@ -192,17 +193,24 @@ func (r *report) printDetails(w io.Writer, s systemResult) {
 	}
 	if s.cpu.machineTotal > 0 {
 		pct := func(t int64) string { return fmt.Sprintf("%.0f%%", 100*float64(t)/float64(s.cpu.machineTotal)) }
-		fmt.Fprintf(w, "    CPU, share of all cores: machine %s busy; postgres %s, gateway %s, redis %s, loadgen %s (client, downstream, forwarder)",
-			pct(s.cpu.machineBusy), pct(s.cpu.postgres), pct(s.cpu.gateway), pct(s.cpu.redis), pct(s.cpu.self))
-		if s.system == sysAckgate && s.cpu.gateway > 0 {
-			fmt.Fprintf(w, "; gateway %.2f ms CPU/msg", perMessage(float64(s.cpu.gateway)*1000/clockTicks, n))
+		serving := "gateway"
+		if s.system == sysBare {
+			serving = "bare process"
+		}
+		fmt.Fprintf(w, "    CPU, share of all cores: machine %s busy; postgres %s, %s %s, redis %s, loadgen %s (client, downstream, forwarder)",
+			pct(s.cpu.machineBusy), pct(s.cpu.postgres), serving, pct(s.cpu.gateway), pct(s.cpu.redis), pct(s.cpu.self))
+		if (s.system == sysAckgate || s.system == sysBare) && s.cpu.gateway > 0 {
+			fmt.Fprintf(w, "; %s %.2f ms CPU/msg", serving, perMessage(float64(s.cpu.gateway)*1000/clockTicks, n))
 		}
 		fmt.Fprintln(w)
 	}
 	if s.peakRSS > 0 {
 		who := "gateway"
-		if s.system == sysForwarder {
+		switch s.system {
+		case sysForwarder:
 			who = "forwarder process"
+		case sysBare:
+			who = "bare process"
 		}
 		fmt.Fprintf(w, "    %s peak RSS (VmHWM) during the phase: %.1f MiB\n", who, float64(s.peakRSS)/(1<<20))
 	}
@@ -416,4 +424,71 @@ func (r *report) printRatios(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.name, value, target, g.verdict(), g.inputs)
 	}
 	tw.Flush()
+}
+
+// printBound sets the gateway beside the bare pipeline: where bare itself
+// misses a goal, the design misses it on this machine, whatever the
+// implementation; where bare meets it, the difference is the gateway's own.
+func (r *report) printBound(w io.Writer) {
+	lines := r.bound()
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n== against the bare pipeline (the same steps, nothing else) ==")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range lines {
+		fmt.Fprintln(tw, l)
+	}
+	tw.Flush()
+}
+
+// bound is printBound's lines, tab-separated: what is compared, the ratio,
+// and the figures it comes from.
+func (r *report) bound() []string {
+	var out []string
+	if main, ok := r.phase("main"); ok {
+		op, okOp := main.get(sysOp)
+		bare, okBare := main.get(sysBare)
+		ag, okAg := main.get(sysAckgate)
+		if okOp && okBare {
+			out = append(out, fmt.Sprintf("bare / op throughput at %d in flight\t%.2f×\t%.0f / %.0f msgs/s",
+				main.c, ratio(bare.msgsPerSec(), op.msgsPerSec()), bare.msgsPerSec(), op.msgsPerSec()))
+		}
+		if okAg && okBare {
+			out = append(out, fmt.Sprintf("ackgate / bare throughput\t%.2f×\t%.0f / %.0f msgs/s",
+				ratio(ag.msgsPerSec(), bare.msgsPerSec()), ag.msgsPerSec(), bare.msgsPerSec()))
+		}
+		var cpu []string
+		for _, s := range []systemResult{op, bare, ag} {
+			if s.system != "" && s.cpu.machineTotal > 0 {
+				cpu = append(cpu, fmt.Sprintf("%s %.2f", s.system, s.machineCPUPerMessage()))
+			}
+		}
+		if okBare && len(cpu) > 1 {
+			out = append(out, fmt.Sprintf("machine CPU per message (every process), ms\t\t%s", strings.Join(cpu, ", ")))
+		}
+	}
+	if c1, ok := r.phase("c1"); ok {
+		op, okOp := c1.get(sysOp)
+		fw, okFw := c1.get(sysForwarder)
+		bare, okBare := c1.get(sysBare)
+		ag, okAg := c1.get(sysAckgate)
+		if okOp && okFw && okBare {
+			added := bare.lat.percentile(99) - fw.lat.percentile(99)
+			out = append(out, fmt.Sprintf("bare-added p99 at 1 in flight / op p99\t%.2f×\t(bare %s - forwarder %s) / op %s",
+				ratio(float64(added), float64(op.lat.percentile(99))), ms(bare.lat.percentile(99)), ms(fw.lat.percentile(99)), ms(op.lat.percentile(99))))
+			if okAg {
+				agAdded := ag.lat.percentile(99) - fw.lat.percentile(99)
+				out = append(out, fmt.Sprintf("ackgate-added / bare-added p99 at 1 in flight\t%.2f×\t%s / %s",
+					ratio(float64(agAdded), float64(added)), ms(agAdded), ms(added)))
+			}
+		}
+	}
+	return out
+}
+
+// machineCPUPerMessage is the busy time of every core during the phase,
+// whoever spent it, per message, in milliseconds.
+func (s systemResult) machineCPUPerMessage() float64 {
+	return perMessage(float64(s.cpu.machineBusy)*1000/clockTicks, len(s.run.fresh))
 }

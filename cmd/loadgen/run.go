@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -170,6 +171,12 @@ func (b *bench) setup(ctx context.Context) error {
 	if cfg.Target != "" {
 		return b.useTarget(ctx)
 	}
+	if !cfg.runs(sysAckgate) && !cfg.runs(sysBare) {
+		return nil
+	}
+	if err := b.startRedis(ctx); err != nil {
+		return err
+	}
 	if !cfg.runs(sysAckgate) {
 		return nil
 	}
@@ -186,19 +193,28 @@ func (b *bench) createOpTable(ctx context.Context) error {
 	return err
 }
 
-func (b *bench) startGateway(ctx context.Context) error {
+// startRedis gives the gateway and the bare pipeline their Redis: the one
+// at -redis-addr, or a private redis-server whose counters nothing else
+// touches.
+func (b *bench) startRedis(ctx context.Context) error {
 	cfg := b.cfg
-	redisAddr := cfg.RedisAddr
-	if redisAddr == "" {
+	b.redisAddr = cfg.RedisAddr
+	if b.redisAddr == "" {
 		p, addr, err := startRedis(ctx, b.dir)
 		if err != nil {
 			return err
 		}
 		b.onCleanup(func(context.Context) error { return p.stop() })
-		redisAddr, b.redisPID = addr, p.pid()
+		b.redisAddr, b.redisPID = addr, p.pid()
 	}
-	b.redis = redis.NewClient(&redis.Options{Addr: redisAddr})
+	b.redis = redis.NewClient(&redis.Options{Addr: b.redisAddr})
 	b.onCleanup(func(context.Context) error { return b.redis.Close() })
+	return nil
+}
+
+func (b *bench) startGateway(ctx context.Context) error {
+	cfg := b.cfg
+	redisAddr := b.redisAddr
 
 	bin := cfg.GatewayBin
 	if bin == "" {
@@ -212,7 +228,7 @@ func (b *bench) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.gwBin, b.gwServeURL, b.redisAddr = bin, gwURL, redisAddr
+	b.gwBin, b.gwServeURL = bin, gwURL
 	g, err := startGateway(ctx, bin, b.dir, b.dbURL, gwURL, redisAddr, b.down.url, cfg.GatewayLogLevel, cfg.GatewayMemoryLimit, "")
 	if err != nil {
 		return err
@@ -236,8 +252,9 @@ func (b *bench) useTarget(ctx context.Context) error {
 		b.gwDBName = name
 	}
 	if cfg.RedisAddr != "" {
-		b.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
-		b.onCleanup(func(context.Context) error { return b.redis.Close() })
+		if err := b.startRedis(ctx); err != nil {
+			return err
+		}
 	}
 	resp, err := probe.Get(cfg.Target + "/readyz")
 	if err != nil {
@@ -295,6 +312,7 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 	var op *opSender
 	counted := b.dbName // whose transactions this system's are
 	rssPID := 0         // whose peak RSS the phase reads; 0: none
+	servingPID := b.gwPID
 	redeliver, sns := cfg.Redeliver, cfg.SNS
 	switch system {
 	case sysOp:
@@ -317,6 +335,14 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 			base, rssPID = p.url, p.pid
 		}
 		send = &pushSender{base: base, route: "loadgen", snsRoute: "loadgen-sns", client: client}
+	case sysBare:
+		p, err := startChild(ctx, "bare", bareEnv+"="+strings.Join([]string{b.dbURL, b.redisAddr, b.down.url}, " "))
+		if err != nil {
+			return sr, err
+		}
+		defer p.stop()
+		send = &pushSender{base: p.url, route: "loadgen", snsRoute: "loadgen-sns", client: client}
+		rssPID, servingPID = p.pid, p.pid
 	case sysAckgate:
 		route, snsRoute := "loadgen", "loadgen-sns"
 		if cfg.Target != "" {
@@ -421,7 +447,7 @@ func (b *bench) measure(ctx context.Context, phase, system string, n, c int) (sy
 	sr.waits = smp.waits
 	sr.walNet, sr.walWindows = medianWALPerMessage(smp.wal, walWindow, 10, sr.background.median)
 	if cpuErr == nil && cpuErr1 == nil {
-		sr.cpu = cpuBetween(cpu0, cpu1, b.gwPID, b.redisPID)
+		sr.cpu = cpuBetween(cpu0, cpu1, servingPID, b.redisPID)
 	}
 	if rssPID > 0 {
 		if sr.peakRSS, err = procStatus(rssPID, "VmHWM"); err != nil {

@@ -96,6 +96,20 @@ func TestShortRealRun(t *testing.T) {
 			t.Errorf("%s forwarder: %d redeliveries (%d acked), %d downstream calls", phase, len(fw.run.again), fw.run.againAcked, fw.downstreamCalls)
 		}
 
+		bare := check(phase, sysBare, n)
+		// Its three statements each write a row once; group commit shares
+		// the commits; a redelivery is answered by the row, not the
+		// downstream.
+		if w := bare.tables["loadgen_bare"]; w.ins != int64(n) || w.upd != int64(2*n) {
+			t.Errorf("%s bare: rows written %v, want %d inserted and %d updated", phase, bare.tables, n, 2*n)
+		}
+		if bare.pg.xacts < 1 || bare.redis.total() < int64(n) || bare.peakRSS <= 0 || bare.cpu.gateway <= 0 && phase == "main" {
+			t.Errorf("%s bare: %d transactions, %d Redis commands, peak RSS %d, CPU %d", phase, bare.pg.xacts, bare.redis.total(), bare.peakRSS, bare.cpu.gateway)
+		}
+		if len(bare.run.again) != redelivered(n) || bare.run.againAcked != redelivered(n) || bare.downstreamCalls != int64(n) {
+			t.Errorf("%s bare: %d redeliveries (%d acked), %d downstream calls, want %d", phase, len(bare.run.again), bare.run.againAcked, bare.downstreamCalls, n)
+		}
+
 		ag := check(phase, sysAckgate, n)
 		// The ledger's reads and commits, and the reservation, for every
 		// message; a redelivery of confirmed work never reaches the
@@ -148,7 +162,9 @@ func TestShortRealRun(t *testing.T) {
 	for _, want := range []string{"== handoff: 60 messages to a handoff route", "relay effects/s / push acks/s", "== throughput: 200 messages per system, 4 in flight", "== latency at 1 in flight",
 		"== memory with many in flight: 100 messages per system, 50 in flight", "== against the goals ==",
 		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message",
-		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS", "floor ≤ 80 MiB", "forwarder process peak RSS", "; forwarder process "} {
+		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS", "floor ≤ 80 MiB", "forwarder process peak RSS", "; forwarder process ",
+		"== against the bare pipeline", "bare / op throughput at 4 in flight", "ackgate / bare throughput",
+		"machine CPU per message (every process), ms", "bare-added p99 at 1 in flight", "bare process peak RSS"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q", want)
 		}
