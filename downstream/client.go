@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -423,17 +424,18 @@ func (c *Client) Lookup(ctx context.Context, req *gate.EffectRequest) gate.Looku
 // header makes any method count as idempotent. When nothing was written it
 // retries if the outgoing length is 0 or GetBody is set.
 //
-// So the body is always present, always of a type http.NewRequest does not
-// recognise (it would install a GetBody for *bytes.Reader and friends), never
-// http.NoBody, and GetBody stays nil. An empty body has ContentLength 0, which
-// net/http reads as "unknown" for a non-nil body and sends chunked; that is
-// the price of keeping an empty effect request unreplayable.
-func newEffectRequest(ctx context.Context, method, target string, body *sendOnce) (*http.Request, error) {
-	r, err := http.NewRequestWithContext(ctx, method, target, body)
+// So the body is always present, never http.NoBody, always wrapped so that
+// http.NewRequest does not recognise it (it would install a GetBody for a
+// bare *bytes.Reader and friends; requestBody), and GetBody stays nil. An
+// empty body has ContentLength 0, which net/http reads as "unknown" for a
+// non-nil body and sends chunked; that is the price of keeping an empty
+// effect request unreplayable.
+func newEffectRequest(ctx context.Context, method, target string, body *bytes.Reader) (*http.Request, error) {
+	r, err := http.NewRequestWithContext(ctx, method, target, requestBody(body))
 	if err != nil {
 		return nil, err
 	}
-	r.ContentLength = int64(len(body.b))
+	r.ContentLength = body.Size()
 	r.GetBody = nil
 	return r, nil
 }
@@ -531,13 +533,14 @@ func (v *headerValues) one(s string) []string {
 type effectCall struct {
 	sent  sendTrace
 	hooks httptrace.ClientTrace
-	body  sendOnce
+	body  bytes.Reader
 }
 
 // newEffectCall returns the state of a call that sends data, its hooks
 // bound to its own sendTrace.
 func newEffectCall(data []byte) *effectCall {
-	c := &effectCall{body: sendOnce{b: data}}
+	c := &effectCall{}
+	c.body.Reset(data)
 	c.hooks = c.sent.hooks()
 	return c
 }

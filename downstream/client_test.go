@@ -849,3 +849,51 @@ func TestLargeBodyAndHeadersPassTheSmallBuffers(t *testing.T) {
 		t.Fatalf("downstream saw %d calls, want 2", got.Load())
 	}
 }
+
+// writeCounter counts the writes made on the connections it dialed.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// An effect request that fits the connection's buffer leaves in one write,
+// its header and body together: a body type net/http does not know to be in
+// memory has the header flushed ahead of it, a second write syscall on every
+// call (and a second segment for the downstream to read).
+func TestEffectRequestGoesOutInOneWrite(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Result-Id", "r")
+		w.WriteHeader(http.StatusCreated)
+	})
+	var writes atomic.Int64
+	var d net.Dialer
+	c := downstream.New(downstream.Options{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return writeCounter{Conn: conn, writes: &writes}, nil
+		},
+	}})
+	t.Cleanup(c.CloseIdleConnections)
+	route := newRoute(srv.URL)
+	route.Effect.ResultIDHeader = "X-Result-Id"
+	for _, shape := range []gate.Shape{gate.ShapeIdempotent, gate.ShapeUnsafe} {
+		route.Shape = shape
+		writes.Store(0)
+		if res := c.Execute(context.Background(), newRequest(route)); res.Outcome != gate.OutcomeConfirmed {
+			t.Fatalf("%s: outcome %s (%s), want confirmed", shape, res.Outcome, res.Reason)
+		}
+		if n := writes.Load(); n != 1 {
+			t.Errorf("%s: the request took %d writes, want 1", shape, n)
+		}
+	}
+}
