@@ -202,6 +202,9 @@ func (r *report) printDetails(w io.Writer, s systemResult) {
 		if (s.system == sysAckgate || s.system == sysBare) && s.cpu.gateway > 0 {
 			fmt.Fprintf(w, "; %s %.2f ms CPU/msg", serving, perMessage(float64(s.cpu.gateway)*1000/clockTicks, n))
 		}
+		if s.cpu.postgres > 0 {
+			fmt.Fprintf(w, "; postgres %.2f ms CPU/msg", perMessage(float64(s.cpu.postgres)*1000/clockTicks, n))
+		}
 		fmt.Fprintln(w)
 	}
 	if s.peakRSS > 0 {
