@@ -99,8 +99,15 @@ func LaneQuery(f adminapi.LaneFilter) (string, []any, error) {
 // SchemaDDL is schema.sql's DDL.
 func SchemaDDL() string { return schemaDDL }
 
-// Queries are schema.sql's named queries.
-func Queries() map[string]string { return queries }
+// Queries are schema.sql's named queries as the server gets them, and the
+// claim as a batch without dead letters and handoffs sends it.
+func Queries() map[string]string {
+	out := map[string]string{"claim (plain)": expanded("claim", "dead letters and handoffs")}
+	for name := range queries {
+		out[name] = expanded(name)
+	}
+	return out
+}
 
 // PlanNode is one node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its
 // type, the relation and index it scans (a bitmap index scan names only

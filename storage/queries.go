@@ -27,10 +27,14 @@ var schemaDDL, queries = splitSchema(schemaSQL)
 
 // Named queries, by the name their "-- name:" line gives.
 var (
-	claimSQL  = query("claim")
-	changeSQL = query("change")
-	rowSQL    = query("row")
-	answerSQL = query("answer")
+	claimSQL = query("claim")
+	// claimPlainSQL is the claim for a batch that carries no dead letter and
+	// no outbox entry, the common path's: without the statements that would
+	// write them.
+	claimPlainSQL = query("claim", "dead letters and handoffs")
+	changeSQL     = query("change")
+	rowSQL        = query("row")
+	answerSQL     = query("answer")
 )
 
 // positional is a named query rewritten once into the positional
@@ -44,11 +48,8 @@ type positional struct {
 
 var namedParam = regexp.MustCompile(`@(\w+)`)
 
-func query(name string) positional {
-	q, ok := queries[name]
-	if !ok {
-		panic("storage: schema.sql has no query " + name)
-	}
+func query(name string, drop ...string) positional {
+	q := expanded(name, drop...)
 	na := pgx.NamedArgs{}
 	for _, m := range namedParam.FindAllStringSubmatch(q, -1) {
 		na[m[1]] = m[1]
@@ -62,6 +63,23 @@ func query(name string) positional {
 		p.names[i] = a.(string)
 	}
 	return p
+}
+
+// expanded is the named query as the server gets it (its comments out, its
+// column lists in), without the sections named in drop: the lines from
+// "-- begin: <section>" to "-- end: <section>".
+func expanded(name string, drop ...string) string {
+	q, ok := queries[name]
+	if !ok {
+		panic("storage: schema.sql has no query " + name)
+	}
+	for _, section := range drop {
+		var cut bool
+		if q, cut = withoutSection(q, section); !cut {
+			panic("storage: query " + name + " has no section " + section)
+		}
+	}
+	return expandColumns(withoutComments(q))
 }
 
 // bind orders args as the query's parameters, each named once: a name
@@ -83,8 +101,8 @@ func (p positional) bind(args map[string]any) ([]any, error) {
 
 var queryName = regexp.MustCompile(`(?m)^-- name: (\w+)\n`)
 
-// splitSchema cuts schema.sql into its DDL and its named queries, with
-// each query's placeholders for column lists expanded.
+// splitSchema cuts schema.sql into its DDL and its named queries, as they
+// are written there (query expands them).
 func splitSchema(s string) (string, map[string]string) {
 	marks := queryName.FindAllStringSubmatchIndex(s, -1)
 	if len(marks) == 0 {
@@ -101,9 +119,21 @@ func splitSchema(s string) (string, map[string]string) {
 		if i+1 < len(marks) {
 			end = marks[i+1][0]
 		}
-		out[s[m[2]:m[3]]] = expandColumns(withoutComments(s[m[1]:end]))
+		out[s[m[2]:m[3]]] = s[m[1]:end]
 	}
 	return ddl, out
+}
+
+// withoutSection is q without the lines from "-- begin: section" to
+// "-- end: section", and whether they were there.
+func withoutSection(q, section string) (string, bool) {
+	begin, end := "-- begin: "+section+"\n", "-- end: "+section+"\n"
+	i := strings.Index(q, begin)
+	j := strings.Index(q, end)
+	if i < 0 || j < i {
+		return q, false
+	}
+	return q[:i] + q[j+len(end):], true
 }
 
 // withoutComments is q without its whole-line comments, which are for the
@@ -264,8 +294,8 @@ func scanFound(r pgx.Row) (*gate.Operation, error) {
 // checkSchemaQueries fails at start-up, not at the first delivery, when a
 // named query lost its placeholder expansion.
 func init() {
-	for name, q := range queries {
-		if strings.Contains(q, "{{") {
+	for name := range queries {
+		if strings.Contains(expanded(name), "{{") {
 			panic(fmt.Sprintf("storage: query %s keeps an unexpanded column list", name))
 		}
 	}

@@ -166,7 +166,7 @@ func TestNamedQueriesPrepare(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"answer", "change", "claim", "row"}) {
+	if !slices.Equal(names, []string{"answer", "change", "claim", "claim (plain)", "row"}) {
 		t.Errorf("named queries %v", names)
 	}
 }

@@ -344,11 +344,15 @@ func (l *Ledger) run(ctx context.Context, q querier, batch []*job) ([]jobResult,
 		claims = queued
 	}
 	if len(claims) > 0 {
-		bound, err := claimSQL.bind(args.named())
+		claim := claimPlainSQL
+		if args.sideRows() {
+			claim = claimSQL
+		}
+		bound, err := claim.bind(args.named())
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(claimSQL.sql, bound...).Query(func(rows pgx.Rows) error {
+		b.Queue(claim.sql, bound...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				// A row is the claimed id, then the operation found, whose
 				// id is NULL when the claim created it (schema.sql, claim).
@@ -674,6 +678,18 @@ func (a *claimArgs) add(l *Ledger, c *gate.Change) error {
 	a.outboxSealedWith = append(a.outboxSealedWith, sealed.sealedWith)
 	a.outboxSealedPointers = append(a.outboxSealedPointers, pointers)
 	return nil
+}
+
+// sideRows reports whether a claim of the batch records a dead letter or
+// an outbox entry as it creates its operation, which the plain claim
+// statement cannot.
+func (a *claimArgs) sideRows() bool {
+	for i := range a.deadReason {
+		if a.deadReason[i] != nil || a.outboxPublicationID[i] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *claimArgs) named() pgx.StrictNamedArgs {
