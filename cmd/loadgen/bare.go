@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -272,26 +270,15 @@ func (b *bare) release() {
 }
 
 func (b *bare) pubsub(w http.ResponseWriter, r *http.Request) {
-	var env pubsubEnvelope
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&env); err != nil || env.Message.MessageID == "" {
-		http.Error(w, "not a Pub/Sub push", http.StatusBadRequest)
-		return
+	if m, ok := decodePubSub(w, r); ok {
+		b.deliver(w, r, m.source+"/"+m.id, m.data)
 	}
-	data, err := base64.StdEncoding.DecodeString(env.Message.Data)
-	if err != nil {
-		http.Error(w, "data is not base64", http.StatusBadRequest)
-		return
-	}
-	b.deliver(w, r, env.Subscription+"/"+env.Message.MessageID, data)
 }
 
 func (b *bare) sns(w http.ResponseWriter, r *http.Request) {
-	var n snsNotification
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&n); err != nil || n.MessageID == "" || n.Type != "Notification" {
-		http.Error(w, "not an SNS notification", http.StatusBadRequest)
-		return
+	if m, ok := decodeSNS(w, r); ok {
+		b.deliver(w, r, m.source+"/"+m.id, m.data)
 	}
-	b.deliver(w, r, n.TopicArn+"/"+n.MessageID, []byte(n.Message))
 }
 
 func (b *bare) deliver(w http.ResponseWriter, r *http.Request, id string, data []byte) {

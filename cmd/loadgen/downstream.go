@@ -99,27 +99,50 @@ func (f *forwarder) close(ctx context.Context) error {
 	return f.srv.Shutdown(ctx)
 }
 
-func (f *forwarder) pubsub(w http.ResponseWriter, r *http.Request) {
+// pushed is a message as the tool's own push endpoints (the forwarder's
+// and the bare pipeline's) take it: where it came from, its id, its data.
+type pushed struct {
+	source, id string
+	data       []byte
+}
+
+// decodePubSub reads a wrapped Pub/Sub push, answering 400 itself when it
+// is not one.
+func decodePubSub(w http.ResponseWriter, r *http.Request) (pushed, bool) {
 	var env pubsubEnvelope
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&env); err != nil || env.Message.MessageID == "" {
 		http.Error(w, "not a Pub/Sub push", http.StatusBadRequest)
-		return
+		return pushed{}, false
 	}
 	data, err := base64.StdEncoding.DecodeString(env.Message.Data)
 	if err != nil {
 		http.Error(w, "data is not base64", http.StatusBadRequest)
-		return
+		return pushed{}, false
 	}
-	f.forward(w, r, env.Message.MessageID, data)
+	return pushed{source: env.Subscription, id: env.Message.MessageID, data: data}, true
 }
 
-func (f *forwarder) sns(w http.ResponseWriter, r *http.Request) {
+// decodeSNS reads an SNS notification, answering 400 itself when it is not
+// one.
+func decodeSNS(w http.ResponseWriter, r *http.Request) (pushed, bool) {
 	var n snsNotification
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&n); err != nil || n.MessageID == "" || n.Type != "Notification" {
 		http.Error(w, "not an SNS notification", http.StatusBadRequest)
-		return
+		return pushed{}, false
 	}
-	f.forward(w, r, n.MessageID, []byte(n.Message))
+	return pushed{source: n.TopicArn, id: n.MessageID, data: []byte(n.Message)}, true
+}
+
+func (f *forwarder) pubsub(w http.ResponseWriter, r *http.Request) {
+	if m, ok := decodePubSub(w, r); ok {
+		f.forward(w, r, m.id, m.data)
+	}
+}
+
+func (f *forwarder) sns(w http.ResponseWriter, r *http.Request) {
+	if m, ok := decodeSNS(w, r); ok {
+		f.forward(w, r, m.id, m.data)
+	}
 }
 
 func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, key string, data []byte) {
