@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.Redeliver, "redeliver", 0, "share of messages pushed a second time after their ack (0 to 1)")
 	fs.Float64Var(&c.SNS, "sns", 0, "share of messages sent as SNS notifications instead of Pub/Sub pushes (0 to 1)")
 	fs.IntVar(&c.PayloadBytes, "payload", 256, "bytes of message data")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: op, forwarder, bare, ackgate")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: op, forwarder, bare, ackgate (with -target, bare by default only with -redis-addr)")
 	fs.StringVar(&c.PostgresURL, "postgres-url", envOr("ACKGATE_TEST_DATABASE_URL", defaultPostgresURL), "Postgres on loopback where the run's database is created (the role needs CREATEDB)")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "", "Redis for the gateway (host:port on loopback); empty starts a private redis-server, whose counters nothing else touches")
 	fs.StringVar(&c.GatewayBin, "gateway-bin", "", "gateway binary; empty builds ./cmd/gateway (run from the repository)")
@@ -129,6 +129,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if s = strings.TrimSpace(s); s != "" {
 			c.Systems = append(c.Systems, s)
 		}
+	}
+	systemsSet := false
+	fs.Visit(func(f *flag.Flag) { systemsSet = systemsSet || f.Name == "systems" })
+	if !systemsSet && c.Target != "" && c.RedisAddr == "" {
+		// The bare pipeline needs a Redis, and a private one would be read
+		// as the target's: by default it runs only when -redis-addr names
+		// the target's.
+		c.Systems = slices.DeleteFunc(c.Systems, func(s string) bool { return s == sysBare })
 	}
 	return c, c.validate()
 }

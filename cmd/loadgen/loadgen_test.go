@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -334,8 +335,21 @@ func TestConfigRefusesWhatIsNotLoopbackOrBounded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if ok.N != 20000 || ok.C != 16 || len(ok.Systems) != 3 {
+	if ok.N != 20000 || ok.C != 16 || !slices.Equal(ok.Systems, []string{sysOp, sysForwarder, sysBare, sysAckgate}) {
 		t.Errorf("defaults %+v", ok)
+	}
+	// Against a target, bare runs by default only on the target's Redis.
+	for _, tc := range []struct {
+		args []string
+		bare bool
+	}{
+		{[]string{"-target", "http://127.0.0.1:8080"}, false},
+		{[]string{"-target", "http://127.0.0.1:8080", "-redis-addr", "127.0.0.1:6379"}, true},
+	} {
+		c, err := parseFlags(tc.args, io.Discard)
+		if err != nil || slices.Contains(c.Systems, sysBare) != tc.bare {
+			t.Errorf("%q: systems %v (%v), want bare %v", tc.args, c.Systems, err, tc.bare)
+		}
 	}
 	for _, args := range [][]string{
 		{"-postgres-url", "postgres://u:p@db.example.com/x"},
@@ -348,6 +362,7 @@ func TestConfigRefusesWhatIsNotLoopbackOrBounded(t *testing.T) {
 		{"-mem-delay", "1m"},
 		{"-gateway-memory-limit", "56MB"},
 		{"-gateway-memory-limit", "56MiB", "-target", "http://127.0.0.1:8080"},
+		{"-systems", "bare,ackgate", "-target", "http://127.0.0.1:8080"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
