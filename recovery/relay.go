@@ -17,8 +17,9 @@ type Outbox interface {
 	// ClaimOutboxEach takes up to want[route] due entries of each route in
 	// one statement and keeps every other relay away from them for horizon.
 	ClaimOutboxEach(ctx context.Context, want map[string]int, horizon time.Duration) ([]*gate.OutboxEntry, error)
-	// RescheduleOutbox sets when entry id is due again.
-	RescheduleOutbox(ctx context.Context, id string, at time.Time) error
+	// RescheduleOutbox sets when entry id is due again, unless its schedule
+	// moved since the claim that set it to claimed.
+	RescheduleOutbox(ctx context.Context, id string, claimed, at time.Time) error
 	// SweepOutbox empties up to limit entries whose effect is evidenced.
 	SweepOutbox(ctx context.Context, limit int) (int, error)
 }
@@ -386,7 +387,7 @@ func (r *Relay) pass(ctx context.Context, e *gate.OutboxEntry) {
 	}
 	if wait > 0 {
 		at := r.now().Add(r.jitter(wait))
-		if rerr := r.outbox.RescheduleOutbox(pctx, e.OperationID, at); rerr != nil {
+		if rerr := r.outbox.RescheduleOutbox(pctx, e.OperationID, e.NextAttemptAt, at); rerr != nil {
 			// The claim's horizon holds the entry until it is due anyway.
 			r.failed(ctx, StageReschedule)
 			r.log.Warn("relay could not reschedule an entry; it is due again after the claim horizon",

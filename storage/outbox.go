@@ -119,10 +119,16 @@ func (l *Ledger) scanOutboxEntry(r pgx.CollectableRow) (*gate.OutboxEntry, error
 	return &e, nil
 }
 
-// RescheduleOutbox sets when entry id is due again: after a pass that
-// left its operation open (a documented failure, a busy lease).
-func (l *Ledger) RescheduleOutbox(ctx context.Context, id string, at time.Time) error {
-	_, err := l.pool.Exec(ctx, `UPDATE outbox SET next_attempt_at = $2 WHERE operation_id = $1 AND delivered_at IS NULL`, id, at)
+// RescheduleOutbox sets when entry id is due again, after a pass that left
+// its operation open (a documented failure, a busy lease), unless the
+// entry's schedule moved since the pass claimed it: claimed is the
+// next_attempt_at the claim set. An operator's retry-now while the pass
+// ran stands (the pass's backoff would otherwise undo it, and the
+// intervention row would record a retry that never came), and so does the
+// claim of another relay that took the entry once the horizon ran out.
+func (l *Ledger) RescheduleOutbox(ctx context.Context, id string, claimed, at time.Time) error {
+	_, err := l.pool.Exec(ctx, `UPDATE outbox SET next_attempt_at = $3
+WHERE operation_id = $1 AND delivered_at IS NULL AND next_attempt_at = $2`, id, claimed, at)
 	return translate("reschedule outbox", err)
 }
 

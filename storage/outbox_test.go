@@ -145,16 +145,23 @@ func TestOutboxEntryLifecycle(t *testing.T) {
 	if err != nil || len(stats) != 1 || stats[0].Route != "orders" || stats[0].Depth != 1 || !stats[0].Oldest.Equal(t0) {
 		t.Fatalf("stats %+v, %v", stats, err)
 	}
-	// Not evidenced yet: the sweep leaves it; a reschedule holds it off,
-	// and one to the past makes it due again.
+	// Not evidenced yet: the sweep leaves it; the pass's reschedule holds
+	// it off, and one to the past makes it due again. A reschedule is a
+	// compare-and-set on the schedule its pass claimed: once the schedule
+	// has moved, a pass's reschedule does nothing.
 	if n, err := l.SweepOutbox(ctx, 100); err != nil || n != 0 {
 		t.Fatalf("sweep before the effect: %d, %v", n, err)
 	}
-	must(t, l.RescheduleOutbox(ctx, op.ID, time.Now().Add(time.Hour)))
+	hold := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	must(t, l.RescheduleOutbox(ctx, op.ID, e.NextAttemptAt, hold))
 	if got, err := l.ClaimOutbox(ctx, []string{"orders"}, 10, 0); err != nil || len(got) != 0 {
 		t.Fatalf("a rescheduled entry was due: %d, %v", len(got), err)
 	}
-	must(t, l.RescheduleOutbox(ctx, op.ID, t0))
+	must(t, l.RescheduleOutbox(ctx, op.ID, e.NextAttemptAt, t0))
+	if got, err := l.ClaimOutbox(ctx, []string{"orders"}, 10, 0); err != nil || len(got) != 0 {
+		t.Fatalf("a reschedule against a schedule that had moved applied: %d, %v", len(got), err)
+	}
+	must(t, l.RescheduleOutbox(ctx, op.ID, hold, t0))
 	if got, err := l.ClaimOutbox(ctx, []string{"orders"}, 10, 0); err != nil || len(got) != 1 || got[0].Passes != 2 {
 		t.Fatalf("a rescheduled entry due again: %+v, %v", got, err)
 	}
@@ -365,8 +372,13 @@ func TestOutboxRetryNowAndCancel(t *testing.T) {
 		return page.Entries[0].State
 	}
 
-	// Held off for an hour, as after a failed pass; retry-now makes it due.
-	must(t, l.RescheduleOutbox(ctx, id, time.Now().Add(time.Hour)))
+	// A pass takes the entry and, failing, holds it off for an hour;
+	// retry-now makes it due.
+	pass := claim()
+	if len(pass) != 1 {
+		t.Fatalf("a fresh handoff was not due: %d", len(pass))
+	}
+	must(t, l.RescheduleOutbox(ctx, id, pass[0].NextAttemptAt, time.Now().Add(time.Hour)))
 	if got := claim(); len(got) != 0 {
 		t.Fatalf("a held-off entry was due: %d", len(got))
 	}
@@ -377,6 +389,9 @@ func TestOutboxRetryNowAndCancel(t *testing.T) {
 		t.Fatalf("retry of no entry: %v", err)
 	}
 	must(t, l.RetryOutbox(ctx, id, "console:alice", "downstream is back"))
+	// A pass that was out when the operator asked, finishing after it: its
+	// backoff does not undo the retry.
+	must(t, l.RescheduleOutbox(ctx, id, pass[0].NextAttemptAt, time.Now().Add(time.Hour)))
 	if got := claim(); len(got) != 1 || got[0].OperationID != id {
 		t.Fatalf("after retry-now the entry was not due: %d", len(got))
 	}
