@@ -102,7 +102,7 @@ func SchemaDDL() string { return schemaDDL }
 // Queries are schema.sql's named queries as the server gets them, and the
 // claim as a batch without dead letters and handoffs sends it.
 func Queries() map[string]string {
-	out := map[string]string{"claim (plain)": expanded("claim", "dead letters and handoffs")}
+	out := map[string]string{"claim (plain)": expanded("claim", sideRowsSection)}
 	for name := range queries {
 		out[name] = expanded(name)
 	}

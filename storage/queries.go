@@ -31,7 +31,7 @@ var (
 	// claimPlainSQL is the claim for a batch that carries no dead letter and
 	// no outbox entry, the common path's: without the statements that would
 	// write them.
-	claimPlainSQL = query("claim", "dead letters and handoffs")
+	claimPlainSQL = query("claim", sideRowsSection)
 	changeSQL     = query("change")
 	rowSQL        = query("row")
 	answerSQL     = query("answer")
@@ -65,9 +65,15 @@ func query(name string, drop ...string) positional {
 	return p
 }
 
+// sideRowsSection is the claim's section that writes a dead letter or an
+// outbox entry as it creates an operation (claimPlainSQL goes without it).
+const sideRowsSection = "dead letters and handoffs"
+
 // expanded is the named query as the server gets it (its comments out, its
 // column lists in), without the sections named in drop: the lines from
-// "-- begin: <section>" to "-- end: <section>".
+// "-- begin: <section>" to "-- end: <section>". The named queries are
+// expanded as the package starts (the variables above), so one that lost
+// its placeholder expansion fails then, not at the first delivery.
 func expanded(name string, drop ...string) string {
 	q, ok := queries[name]
 	if !ok {
@@ -79,7 +85,11 @@ func expanded(name string, drop ...string) string {
 			panic("storage: query " + name + " has no section " + section)
 		}
 	}
-	return expandColumns(withoutComments(q))
+	q = expandColumns(withoutComments(q))
+	if strings.Contains(q, "{{") {
+		panic(fmt.Sprintf("storage: query %s keeps an unexpanded column list", name))
+	}
+	return q
 }
 
 // bind orders args as the query's parameters, each named once: a name
@@ -289,14 +299,4 @@ func scanFound(r pgx.Row) (*gate.Operation, error) {
 		return nil, err
 	}
 	return s.operation(la.attempt(s.op.IdempotencyKey)), nil
-}
-
-// checkSchemaQueries fails at start-up, not at the first delivery, when a
-// named query lost its placeholder expansion.
-func init() {
-	for name := range queries {
-		if strings.Contains(expanded(name), "{{") {
-			panic(fmt.Sprintf("storage: query %s keeps an unexpanded column list", name))
-		}
-	}
 }
