@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ackgate/ackgate/storage"
 )
 
 // The bare pipeline is the third baseline, between the op and the gateway:
@@ -135,12 +137,9 @@ func startBare(ctx context.Context, dbURL, redisAddr, downstreamURL string) (*ba
 	if err != nil {
 		return nil, err
 	}
-	// The plan settings the gateway's own sessions use (storage.PlanAsLookups
-	// says why): without them the updates' cached generic plans scan the table.
-	for k, v := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
-		"plan_cache_mode": "force_generic_plan", "jit": "off"} {
-		pc.ConnConfig.RuntimeParams[k] = v
-	}
+	// The plan settings the gateway's own sessions use: without them the
+	// updates' cached generic plans scan the table.
+	storage.PlanAsLookups(pc.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err
@@ -183,18 +182,22 @@ func (b *bare) close(ctx context.Context) {
 func (b *bare) flush() {
 	batch := make([]bareWrite, 0, 64)
 	for w := range b.writes {
-		batch = append(batch[:0], w)
-	fill:
-		for len(batch) < cap(batch) {
-			select {
-			case w := <-b.writes:
-				batch = append(batch, w)
-			default:
-				break fill
-			}
-		}
-		b.commit(batch)
+		b.commit(drain(b.writes, append(batch[:0], w)))
 	}
+}
+
+// drain adds to batch what ch holds already, up to batch's capacity,
+// without waiting for more.
+func drain[T any](ch <-chan T, batch []T) []T {
+	for len(batch) < cap(batch) {
+		select {
+		case v := <-ch:
+			batch = append(batch, v)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (b *bare) commit(batch []bareWrite) {
@@ -255,17 +258,7 @@ func (b *bare) write(ctx context.Context, w bareWrite) (bool, error) {
 func (b *bare) release() {
 	keys := make([]string, 0, 64)
 	for k := range b.releases {
-		keys = append(keys[:0], k)
-	fill:
-		for len(keys) < cap(keys) {
-			select {
-			case k := <-b.releases:
-				keys = append(keys, k)
-			default:
-				break fill
-			}
-		}
-		_ = b.rdb.Del(context.Background(), keys...).Err()
+		_ = b.rdb.Del(context.Background(), drain(b.releases, append(keys[:0], k))...).Err()
 	}
 }
 

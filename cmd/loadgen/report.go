@@ -334,7 +334,7 @@ func (r *report) goals() []goal {
 	op1, okOp1 := c1.get(sysOp)
 	fw1, okFw1 := c1.get(sysForwarder)
 	ag1, okAg1 := c1.get(sysAckgate)
-	added := ag1.lat.percentile(99) - fw1.lat.percentile(99)
+	added := addedP99(ag1, fw1)
 	gs = append(gs, goal{name: "gateway-added p99 at 1 in flight / op p99", unit: "×", target: 3, floor: 5, atLeast: false,
 		value: ratio(float64(added), float64(op1.lat.percentile(99))), missing: !okC1 || !okOp1 || !okFw1 || !okAg1,
 		inputs: fmt.Sprintf("(ackgate %s - forwarder %s) / op %s", ms(ag1.lat.percentile(99)), ms(fw1.lat.percentile(99)), ms(op1.lat.percentile(99)))})
@@ -477,17 +477,23 @@ func (r *report) bound() []string {
 		bare, okBare := c1.get(sysBare)
 		ag, okAg := c1.get(sysAckgate)
 		if okOp && okFw && okBare {
-			added := bare.lat.percentile(99) - fw.lat.percentile(99)
+			added := addedP99(bare, fw)
 			out = append(out, fmt.Sprintf("bare-added p99 at 1 in flight / op p99\t%.2f×\t(bare %s - forwarder %s) / op %s",
 				ratio(float64(added), float64(op.lat.percentile(99))), ms(bare.lat.percentile(99)), ms(fw.lat.percentile(99)), ms(op.lat.percentile(99))))
 			if okAg {
-				agAdded := ag.lat.percentile(99) - fw.lat.percentile(99)
+				agAdded := addedP99(ag, fw)
 				out = append(out, fmt.Sprintf("ackgate-added / bare-added p99 at 1 in flight\t%.2f×\t%s / %s",
 					ratio(float64(agAdded), float64(added)), ms(agAdded), ms(added)))
 			}
 		}
 	}
 	return out
+}
+
+// addedP99 is what s adds to the forwarder's p99: its p99 less fw's, the
+// part of the tail that is not the HTTP both have.
+func addedP99(s, fw systemResult) time.Duration {
+	return s.lat.percentile(99) - fw.lat.percentile(99)
 }
 
 // machineCPUPerMessage is the busy time of every core during the phase,
