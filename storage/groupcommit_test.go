@@ -338,10 +338,11 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// An ack mark nobody else's step is queued with waits for the next
-// delivery's step and rides its round trip, rather than paying a commit of
-// its own that the next claim would queue behind.
-func TestAckMarkRidesTheNextClaim(t *testing.T) {
+// An ack mark nobody else's step is queued with waits for the next batch
+// that carries a change, and joins its statement, rather than paying a
+// commit of its own or a statement of its own in the next claim's round
+// trip.
+func TestAckMarkRidesTheNextChange(t *testing.T) {
 	t.Parallel()
 	l, _ := newLedger(t)
 	ctx := context.Background()
@@ -352,20 +353,28 @@ func TestAckMarkRidesTheNextClaim(t *testing.T) {
 	// The confirmation's flusher, still looking at the queue, would take
 	// the mark at once instead of leaving it to linger.
 	l.WaitFlushersIdle()
-	before, _ := l.GroupCommitStats()
+	before, steps := l.GroupCommitStats()
 	marked := make(chan error, 1)
 	go func() { marked <- l.Write(ctx, acked(t, done, 1, t0)) }()
 	waitFor(t, func() bool { return queued() == 1 })
 	next := newOperation("ride-next")
 	createPending(t, l, next)
+	if after, _ := l.GroupCommitStats(); after-before != 1 {
+		t.Fatalf("%d round trips for the next claim, want 1", after-before)
+	}
+	if n := queued(); n != 1 {
+		t.Fatalf("%d steps queued after the next claim, want the ack mark", n)
+	}
+	must(t, l.Write(ctx, confirm(t, next, "r", t0)))
 	if err := <-marked; err != nil {
 		t.Fatalf("the ack mark: %v", err)
 	}
-	if after, _ := l.GroupCommitStats(); after-before != 1 {
-		t.Errorf("%d round trips for an ack mark and the next claim, want 1", after-before)
+	if after, stepsAfter := l.GroupCommitStats(); after-before != 2 || stepsAfter-steps != 3 {
+		t.Errorf("%d round trips and %d steps for the next claim, its evidence and the ack mark, want 2 and 3",
+			after-before, stepsAfter-steps)
 	}
 	if rec := mustGet(t, l, done.ID); rec.State != gate.StateAcknowledged {
-		t.Errorf("the ack mark that rode the claim left %s", rec.State)
+		t.Errorf("the ack mark that rode the evidence left %s", rec.State)
 	}
 }
 

@@ -46,10 +46,12 @@ import (
 // up to maxFlushers.
 //
 // The ack mark is the one step nobody waits on: it is written after the
-// broker has its answer. A mark that finds no flusher running lingers for
-// up to ackLinger instead of starting one, so that at low concurrency it
-// rides the next delivery's claim rather than paying a commit of its own,
-// which the claim would otherwise queue behind.
+// broker has its answer. A mark lingers for up to ackLinger for a batch
+// that carries another change: marks and changes share one statement, so
+// such a mark costs the server an element where any other batch would run
+// a statement for it alone (at 1 in flight that statement, in the next
+// claim's round trip, was a tenth of a delivery's latency). Once its linger
+// is over a mark rides whatever batch comes next, or goes on its own.
 //
 // A statement takes each operation once (an UPDATE cannot move one row
 // twice), so a step for an operation already in the batch waits for the
@@ -70,9 +72,10 @@ const (
 	// stallAfter is how long a batch may be out before the queue behind it
 	// gets a flusher of its own: several commits' time on a healthy server.
 	stallAfter = 10 * time.Millisecond
-	// ackLinger is how long a lone ack mark waits for a batch to ride: a
-	// few times the gap between one answer and a busy broker's next push.
-	ackLinger = 2 * time.Millisecond
+	// ackLinger is how long an ack mark waits for a batch with a change in
+	// it: longer than one delivery takes from its claim to its evidence when
+	// the downstream answers at once.
+	ackLinger = 5 * time.Millisecond
 	// batchTimeout bounds one shared round trip. It is generous: a batch
 	// that takes longer is a ledger in trouble, and every delivery in it
 	// nacks.
@@ -92,7 +95,8 @@ type job struct {
 	id     string // the operation
 	change *gate.Change
 	answer *gate.Answer
-	// lingers marks an ack mark, which does not start a flusher at once.
+	// lingers marks an ack mark, which does not start a flusher at once
+	// and rides only a batch with a change in it until its linger is over.
 	lingers bool
 	// span is the caller's, which the batch's own span continues or links.
 	span trace.Span
@@ -115,10 +119,14 @@ type committer struct {
 	// their own after their batch raised; stalls counts the flushers
 	// started behind a batch out longer than stallAfter.
 	batches, steps, alone, stalls int
-	// lingering is set while a timer waits to flush lingering ack marks,
-	// which it does after linger (ackLinger unless a test says otherwise).
-	lingering bool
-	linger    time.Duration
+	// lingering is set while a timer waits to end the linger of the ack
+	// marks queued, after linger (ackLinger unless a test says otherwise);
+	// then due lets any batch take them. A batch that takes every mark
+	// cancels the timer: lingerGen moves on, and the timer, finding another
+	// generation, does nothing.
+	lingering, due bool
+	lingerGen      int
+	linger         time.Duration
 }
 
 // enqueue queues one step and returns its own answer.
@@ -134,28 +142,42 @@ func (l *Ledger) enqueue(ctx context.Context, j *job) jobResult {
 	if start {
 		c.flushers++
 	}
-	linger := c.flushers == 0 && !c.lingering
-	if linger {
-		c.lingering = true
+	if j.lingers {
+		l.armLinger()
 	}
 	c.mu.Unlock()
-	switch {
-	case start:
+	if start {
 		go l.flush()
-	case linger:
-		time.AfterFunc(cmp.Or(c.linger, ackLinger), l.endLinger)
 	}
 	// Once queued, a step may commit whatever the caller's context says
 	// afterwards, so the caller waits for the answer that tells it so.
 	return <-j.done
 }
 
-// endLinger starts a flusher for ack marks that no batch took while they
-// lingered.
-func (l *Ledger) endLinger() {
+// armLinger starts the timer that ends the queued ack marks' linger,
+// unless one runs. c.mu is held.
+func (l *Ledger) armLinger() {
+	c := &l.commit
+	if c.lingering {
+		return
+	}
+	c.lingering = true
+	c.lingerGen++
+	gen := c.lingerGen
+	time.AfterFunc(cmp.Or(c.linger, ackLinger), func() { l.endLinger(gen) })
+}
+
+// endLinger lets any batch take the ack marks that lingered, and starts
+// a flusher for them when none runs.
+func (l *Ledger) endLinger(gen int) {
 	c := &l.commit
 	c.mu.Lock()
+	if gen != c.lingerGen {
+		c.mu.Unlock()
+		return
+	}
 	c.lingering = false
+	c.due = true
 	start := c.flushers == 0 && len(c.queue) > 0
 	if start {
 		c.flushers++
@@ -166,7 +188,7 @@ func (l *Ledger) endLinger() {
 	}
 }
 
-// flush sends batches until the queue is empty.
+// flush sends batches until the queue holds nothing that may go now.
 func (l *Ledger) flush() {
 	c := &l.commit
 	for {
@@ -215,6 +237,8 @@ func (l *Ledger) relieve(returned *atomic.Bool) {
 
 // take removes up to maxBatch queued steps, no two of one kind for one
 // operation (nor two answers for one delivery), keeping the rest in order.
+// Lingering ack marks go only with a change that does not linger, or once
+// their linger is over.
 func (c *committer) take() []*job {
 	type key struct {
 		kind jobKind
@@ -225,14 +249,17 @@ func (c *committer) take() []*job {
 		batch []*job
 		seen  = map[key]bool{}
 		rest  = c.queue[:0]
+		ride  = c.due || slices.ContainsFunc(c.queue, func(j *job) bool { return j.kind == changeJob && !j.lingers })
+		left  = false
 	)
 	for _, j := range c.queue {
 		k := key{kind: j.kind, id: j.id}
 		if j.kind == answerJob {
 			k.n = j.answer.N
 		}
-		if len(batch) == maxBatch || seen[k] {
+		if len(batch) == maxBatch || seen[k] || (j.lingers && !ride) {
 			rest = append(rest, j)
+			left = left || j.lingers
 			continue
 		}
 		seen[k] = true
@@ -240,6 +267,11 @@ func (c *committer) take() []*job {
 	}
 	clear(c.queue[len(rest):])
 	c.queue = rest
+	if !left {
+		// No mark lingers: the timer has nothing left to end.
+		c.lingering, c.due = false, false
+		c.lingerGen++
+	}
 	return batch
 }
 
