@@ -700,6 +700,12 @@ WITH c AS (
     SELECT ch.id, c.intervention, c.actor, c.intervention_reason, c.intervention_result_id, c.expect,
         coalesce(c.final, c.expect), c.fence, c.at
     FROM changed ch JOIN c ON c.id = ch.id WHERE c.intervention IS NOT NULL
+), replayed AS (
+    -- A replay hands a handed-off operation back to the relay now, not
+    -- when the backoff of its last failed pass runs out.
+    UPDATE outbox x SET next_attempt_at = least(x.next_attempt_at, c.at)
+    FROM changed ch JOIN c ON c.id = ch.id
+    WHERE c.intervention = 'replay' AND x.operation_id = ch.id AND x.delivered_at IS NULL
 ), leased AS (
     INSERT INTO lease_events (operation_id, kind, fence, at)
     SELECT ch.id, 'lost', c.fence, c.lease_lost_at FROM changed ch JOIN c ON c.id = ch.id

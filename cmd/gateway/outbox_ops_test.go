@@ -117,11 +117,8 @@ func TestOpsOutboxRetryAndCancel(t *testing.T) {
 	if out := bob.must("replay", cancelled, "--reason", "customer asked again"); !strings.Contains(out, "replay by api:bob") {
 		t.Fatalf("ops replay of a cancelled entry:\n%s", out)
 	}
-	// The replay leaves the entry's schedule as the failed pass set it (a
-	// minute here); a retry makes it due now.
-	if out := bob.must("outbox", "retry", cancelled, "--reason", "customer asked again"); !strings.Contains(out, "retry_now by api:bob") {
-		t.Fatalf("ops outbox retry after the replay:\n%s", out)
-	}
+	// The replay makes the entry due at once, though the failed pass had
+	// set it a minute away.
 	waitFor("the replayed entry's effect", func() bool { return applied.Load() == 2 })
 
 	// Refusals and their exit statuses.
