@@ -70,6 +70,9 @@ func (c *committer) lockIdle() {
 	}
 }
 
+// StallAfter is how long a batch may be out before relief.
+const StallAfter = stallAfter
+
 // LingerAckMarks makes a lone ack mark wait d for a batch to ride, and
 // returns the number of steps queued at any moment.
 func (l *Ledger) LingerAckMarks(d time.Duration) (queued func() int) {

@@ -326,6 +326,70 @@ func TestStalledBatchDoesNotHoldTheQueue(t *testing.T) {
 	}
 }
 
+// Ack marks lingering behind a stalled batch do not use up its relief: a
+// flusher started for them alone would take nothing and end, and a claim
+// queued after it would wait for the stalled batch.
+func TestStalledBatchBehindLingeringAckMarks(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	queued := l.LingerAckMarks(time.Minute) // longer than the test
+	locked, done := newOperation("stall-ack-locked"), newOperation("stall-ack-done")
+	createPending(t, l, locked)
+	createPending(t, l, done)
+	must(t, l.Write(ctx, confirm(t, done, "r-done", t0)))
+	l.WaitFlushersIdle()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test releases it below
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, locked.ID); err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	go func() { written <- l.Write(ctx, confirm(t, locked, "r-locked", t0)) }()
+	waitFor(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	marked := make(chan error, 1)
+	go func() { marked <- l.Write(ctx, acked(t, done, 1, t0)) }()
+	waitFor(t, func() bool { return queued() == 1 })
+	// Several of the watch's looks pass with only the mark queued.
+	time.Sleep(5 * storage.StallAfter)
+	fresh := newOperation("stall-ack-fresh")
+	claimed := make(chan error, 1)
+	go func() {
+		_, created, err := l.Claim(ctx, creating(t, fresh, "m-1", t0))
+		if err == nil && !created {
+			err = errors.New("found, not created")
+		}
+		claimed <- err
+	}()
+	select {
+	case err := <-claimed:
+		if err != nil {
+			t.Fatalf("claim behind the stalled batch: %v", err)
+		}
+	case <-time.After(10 * time.Second): // well before the stalled batch's own timeout
+		t.Fatal("the claim waited for the stalled batch: the relief was spent on the lingering mark")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("the write after the lock was released: %v", err)
+	}
+	// The mark rides the next change.
+	must(t, l.Write(ctx, confirm(t, fresh, "r-fresh", t0)))
+	if err := <-marked; err != nil {
+		t.Fatalf("the ack mark: %v", err)
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after 30 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

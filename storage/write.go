@@ -211,16 +211,17 @@ func (l *Ledger) flush() {
 }
 
 // relieve starts another flusher for what queued behind a batch that is
-// still out, unless maxFlushers are already at it. While the queue is empty
-// it looks again every stallAfter until the batch returns, so a step that
-// queues late behind a stalled batch is not left waiting for it.
+// still out, unless maxFlushers are already at it. While nothing queued may
+// go (the queue is empty, or holds only lingering ack marks) it looks again
+// every stallAfter until the batch returns, so a step that queues late
+// behind a stalled batch is not left waiting for it.
 func (l *Ledger) relieve(returned *atomic.Bool) {
 	if returned.Load() {
 		return
 	}
 	c := &l.commit
 	c.mu.Lock()
-	start := len(c.queue) > 0 && c.flushers < maxFlushers
+	start := c.ready() && c.flushers < maxFlushers
 	if start {
 		c.flushers++
 		c.stalls++
@@ -233,6 +234,12 @@ func (l *Ledger) relieve(returned *atomic.Bool) {
 	case watch:
 		time.AfterFunc(stallAfter, func() { l.relieve(returned) })
 	}
+}
+
+// ready says whether take would take anything now: a step that does not
+// linger, or ack marks whose linger is over.
+func (c *committer) ready() bool {
+	return (c.due && len(c.queue) > 0) || slices.ContainsFunc(c.queue, func(j *job) bool { return !j.lingers })
 }
 
 // take removes up to maxBatch queued steps, no two of one kind for one
