@@ -23,7 +23,7 @@ import (
 // Each step of an operation is one plain statement of schema.sql: the claim
 // that creates or finds it, the change that moves it, the answer of a
 // delivery. Concurrent deliveries' steps share statements and commits
-// (write.go).
+// (groupcommit.go).
 type Ledger struct {
 	pool   *pgxpool.Pool
 	commit committer
@@ -35,7 +35,7 @@ type Ledger struct {
 	handedOff func()
 	// texts says how the write path hands text columns to pgx: as types pgx
 	// knows only by their Postgres type where the pool's sessions have the
-	// server describe each statement's parameters (write.go, texts).
+	// server describe each statement's parameters (batchargs.go, texts).
 	texts texts
 }
 
@@ -66,9 +66,9 @@ func NewLedger(pool *pgxpool.Pool, opts ...LedgerOption) *Ledger {
 }
 
 // Claim implements gate.Ledger. It costs a share of one statement and one
-// commit (write.go). A claim that creates its operation reads nothing of it
-// back and returns none; one that finds it returns it whole, with the
-// newest effect attempt, from the same statement.
+// commit (groupcommit.go). A claim that creates its operation reads
+// nothing of it back and returns none; one that finds it returns it
+// whole, with the newest effect attempt, from the same statement.
 func (l *Ledger) Claim(ctx context.Context, c *gate.Change) (*gate.Operation, bool, error) {
 	if err := checkClaim(c); err != nil {
 		return nil, false, err
@@ -125,8 +125,8 @@ func interventionFields(iv *gate.Intervention) []any {
 }
 
 // Write implements gate.Ledger. It costs a share of one statement and one
-// commit (see write.go); a handoff taking an existing operation writes its
-// outbox entry too, in a transaction of its own.
+// commit (groupcommit.go); a handoff taking an existing operation writes
+// its outbox entry too, in a transaction of its own.
 func (l *Ledger) Write(ctx context.Context, c *gate.Change) error {
 	if err := checkChange(c); err != nil {
 		return err

@@ -552,7 +552,7 @@ WITH c AS (
     WHERE NOT cl.created AND cl.fingerprint = c.fingerprint
 -- begin: dead letters and handoffs
 -- A batch without a dead letter or an outbox entry is sent without these
--- two (storage/write.go, claimPlainSQL): the server sets up every
+-- two (storage/groupcommit.go, claimPlainSQL): the server sets up every
 -- statement of a query to run it, even one that writes nothing, and for
 -- these two that was a tenth of the claim's cost on the common path.
 ), dead AS (
