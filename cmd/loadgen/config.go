@@ -79,7 +79,11 @@ type config struct {
 	Settle time.Duration
 	// Idle is how long the cluster's own WAL rate is sampled before each
 	// phase, with nothing of this tool running.
-	Idle   time.Duration
+	Idle time.Duration
+	// Vacuum runs VACUUM (ANALYZE) over the run's own database before each
+	// phase, so that what earlier phases' writes owe is not done by
+	// autovacuum during a later one.
+	Vacuum bool
 	KeepDB bool
 	Quiet  bool
 }
@@ -117,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.MaxDuration, "max-duration", 30*time.Minute, "the whole run stops after this")
 	fs.DurationVar(&c.Settle, "settle", 11*time.Second, "with -target: wait this long after a phase for Postgres statistics")
 	fs.DurationVar(&c.Idle, "idle", 3*time.Second, "before each phase, sample the WAL the rest of the cluster writes for this long (0: none)")
+	fs.BoolVar(&c.Vacuum, "vacuum", true, "before each phase, VACUUM (ANALYZE) the run's own database, so that autovacuum does not do during one phase what earlier phases' writes owe (its time and WAL are reported)")
 	fs.BoolVar(&c.KeepDB, "keep-db", false, "keep the run's database afterwards")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {

@@ -243,6 +243,10 @@ func (r *report) printDetails(w io.Writer, s systemResult) {
 		}
 		fmt.Fprintf(w, "    postgres backends, %d samples: %s\n", total, strings.Join(parts, ", "))
 	}
+	if v := s.vacuum; v.took > 0 {
+		fmt.Fprintf(w, "    before the phase: VACUUM (ANALYZE) of the run's database, %s, %.0f kB of WAL (what earlier phases' writes owed)\n",
+			v.took.Round(time.Millisecond), float64(v.wal)/1000)
+	}
 	fmt.Fprintf(w, "    cluster during the phase: %d checkpoints, %.2f full page images/msg, %d databases created and %d dropped by others, ~%d transactions in other databases\n",
 		s.pg.checkpoints, perMessage(float64(s.pg.walFPI), n), s.dbsCreated, s.dbsDropped, max(s.pg.othersXacts, 0))
 	if bg := s.background; !math.IsNaN(bg.mean) {

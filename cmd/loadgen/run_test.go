@@ -53,6 +53,11 @@ func TestShortRealRun(t *testing.T) {
 		if s.run.acked != n || s.run.failed() != 0 || len(s.run.fresh) != n || s.lat.count() != n {
 			t.Errorf("%s %s: %d of %d acked, failures %v", phase, system, s.run.acked, n, s.run.failures)
 		}
+		// The run's database was vacuumed before the phase, and what that
+		// took is known.
+		if s.vacuum.took <= 0 || s.vacuum.wal < 0 {
+			t.Errorf("%s %s: vacuum before the phase %+v", phase, system, s.vacuum)
+		}
 		if s.msgsPerSec() <= 0 || s.lat.percentile(50) <= 0 || s.lat.percentile(99) < s.lat.percentile(50) {
 			t.Errorf("%s %s: %.1f msgs/s, p50 %s, p99 %s", phase, system, s.msgsPerSec(), s.lat.percentile(50), s.lat.percentile(99))
 		}
@@ -164,7 +169,8 @@ func TestShortRealRun(t *testing.T) {
 		"ackgate / op throughput", "ackgate / forwarder throughput", "gateway-added p99", "WAL per message",
 		"Postgres transactions per message", "floor ≥ 0.5×", "gateway peak RSS", "floor ≤ 80 MiB", "forwarder process peak RSS", "; forwarder process ",
 		"== against the bare pipeline", "bare / op throughput at 4 in flight", "ackgate / bare throughput",
-		"machine CPU per message (every process), ms", "bare-added p99 at 1 in flight", "bare process peak RSS"} {
+		"machine CPU per message (every process), ms", "bare-added p99 at 1 in flight", "bare process peak RSS",
+		"before the phase: VACUUM (ANALYZE) of the run's database"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q", want)
 		}
