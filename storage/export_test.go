@@ -162,3 +162,10 @@ func PlanNodes(raw []byte) ([]PlanNode, error) {
 	walk(plan)
 	return out, nil
 }
+
+// The statements that lock outbox entries, for their plans.
+const (
+	ClaimEachSQL   = claimEachSQL
+	ClaimOutboxSQL = claimOutboxSQL
+	SweepOutboxSQL = sweepOutboxSQL
+)

@@ -37,15 +37,13 @@ const settledStates = `('acknowledged', 'terminal_failure', 'conflicting')`
 // no change of the ledger's: it moves no state and no fence.
 var claimDueSQL = expandColumns(`
 UPDATE operations AS o SET next_check_at = now() + $3::bigint * interval '1 microsecond'
-FROM (
+WHERE o.seq = ANY (ARRAY(
 	SELECT seq FROM operations
 	WHERE waiting = 'effect_indeterminate' AND route = $1 AND shape IN ('lookup', 'handoff')
 		AND coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond') <= now()
 	ORDER BY coalesce(next_check_at, updated_at + $2::bigint * interval '1 microsecond'), seq
 	LIMIT $4
-	FOR UPDATE SKIP LOCKED
-) due
-WHERE o.seq = due.seq
+	FOR UPDATE SKIP LOCKED))
 RETURNING {{operation o}}`)
 
 // ClaimDue claims up to limit indeterminate operations of lookup route
@@ -139,14 +137,16 @@ func (m *Maintenance) KeptOpen(ctx context.Context) (map[string]int64, error) {
 // cutoff. With others set, it deletes those of every route not in others
 // instead (routes that left the routes file), under the same cutoff.
 func (m *Maintenance) PurgePoison(ctx context.Context, route string, others []string, cutoff time.Time, limit int) (int64, error) {
-	q := `DELETE FROM poison_messages WHERE (route, fingerprint) IN (
-		SELECT route, fingerprint FROM poison_messages WHERE route = $1 AND last_seen < $2
-		LIMIT $3 FOR UPDATE SKIP LOCKED)`
+	// By ctid from an array built once, like the outbox's claims
+	// (outbox.go): a join to the locking subquery can run it once per row.
+	q := `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM poison_messages WHERE route = $1 AND last_seen < $2
+		LIMIT $3 FOR UPDATE SKIP LOCKED))`
 	args := []any{route, cutoff, limit}
 	if others != nil {
-		q = `DELETE FROM poison_messages WHERE (route, fingerprint) IN (
-			SELECT route, fingerprint FROM poison_messages WHERE route <> ALL($1) AND last_seen < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED)`
+		q = `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM poison_messages WHERE route <> ALL($1) AND last_seen < $2
+			LIMIT $3 FOR UPDATE SKIP LOCKED))`
 		args[0] = others
 	}
 	tag, err := m.pool.Exec(ctx, q, args...)

@@ -18,22 +18,33 @@ import (
 // inside the same statement that locks it (SKIP LOCKED), so relays polling
 // at once in any number of replicas never take the same entry. The
 // operation's lease and fence still guard everything the pass writes.
+//
+// Each statement below that locks entries and then writes them finds them
+// again by key from an array its locking subquery builds once
+// (operation_id = ANY (ARRAY(...))), never by joining that subquery to the
+// outbox. Joined, the plan rests on what Postgres believes of the outbox's
+// size: analyzed while empty (drained between bursts, as an outbox mostly
+// is), it scans the whole outbox and runs the locking subquery once per
+// entry, and a burst of 2,000 handoffs took the relay 12 s instead of 1.5.
 
-// ClaimOutbox takes up to limit due entries of routes for one relay pass,
-// holding each for horizon.
-func (l *Ledger) ClaimOutbox(ctx context.Context, routes []string, limit int, horizon time.Duration) ([]*gate.OutboxEntry, error) {
-	rows, err := l.pool.Query(ctx, `
+// claimOutboxSQL takes up to $2 due entries of routes $1, oldest due
+// first, holding each for $3 seconds.
+const claimOutboxSQL = `
 UPDATE outbox e SET next_attempt_at = now() + make_interval(secs => $3), passes = e.passes + 1
-WHERE e.operation_id IN (
+WHERE e.operation_id = ANY (ARRAY(
 	SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
 	WHERE e2.delivered_at IS NULL AND e2.next_attempt_at <= now() AND e2.route = ANY($1)
 	  AND o.state IN ('received', 'reserved', 'pending_effect')
 	ORDER BY e2.next_attempt_at
 	LIMIT $2
-	FOR UPDATE OF e2 SKIP LOCKED)
+	FOR UPDATE OF e2 SKIP LOCKED))
 RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
-	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`,
-		routes, limit, horizon.Seconds())
+	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
+
+// ClaimOutbox takes up to limit due entries of routes for one relay pass,
+// holding each for horizon.
+func (l *Ledger) ClaimOutbox(ctx context.Context, routes []string, limit int, horizon time.Duration) ([]*gate.OutboxEntry, error) {
+	rows, err := l.pool.Query(ctx, claimOutboxSQL, routes, limit, horizon.Seconds())
 	if err != nil {
 		return nil, translate("claim outbox", err)
 	}
@@ -47,7 +58,7 @@ RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.messa
 // statement per relay round, however many routes and entries it takes.
 const claimEachSQL = `
 UPDATE outbox e SET next_attempt_at = now() + make_interval(secs => $3), passes = e.passes + 1
-FROM (
+WHERE e.operation_id = ANY (ARRAY(
 	SELECT c.operation_id FROM unnest($1::text[], $2::int[]) AS w(route, n)
 	CROSS JOIN LATERAL (
 		SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
@@ -55,9 +66,7 @@ FROM (
 		  AND o.state IN ('received', 'reserved', 'pending_effect')
 		ORDER BY e2.next_attempt_at
 		LIMIT w.n
-		FOR UPDATE OF e2 SKIP LOCKED) c
-) claimed
-WHERE e.operation_id = claimed.operation_id
+		FOR UPDATE OF e2 SKIP LOCKED) c))
 RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
 	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
 
@@ -132,18 +141,21 @@ WHERE operation_id = $1 AND delivered_at IS NULL AND next_attempt_at = $2`, id, 
 	return translate("reschedule outbox", err)
 }
 
+// sweepOutboxSQL marks up to $1 entries of evidenced operations delivered.
+const sweepOutboxSQL = `
+UPDATE outbox e SET delivered_at = now(), data = NULL, attributes = NULL
+WHERE e.operation_id = ANY (ARRAY(
+	SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
+	WHERE e2.delivered_at IS NULL AND o.state IN ('effect_confirmed', 'ack_pending', 'acknowledged')
+	LIMIT $1
+	FOR UPDATE OF e2 SKIP LOCKED))`
+
 // SweepOutbox marks delivered, and empties, the entries whose effect is now
 // evidenced, however it got there (the relay, a reconciling lookup, an
 // operator): the outbox keeps a message only until its effect is known.
 // Entries of terminal or indeterminate operations keep theirs, for a replay.
 func (l *Ledger) SweepOutbox(ctx context.Context, limit int) (int, error) {
-	tag, err := l.pool.Exec(ctx, `
-UPDATE outbox e SET delivered_at = now(), data = NULL, attributes = NULL
-WHERE e.operation_id IN (
-	SELECT e2.operation_id FROM outbox e2 JOIN operations o ON o.id = e2.operation_id
-	WHERE e2.delivered_at IS NULL AND o.state IN ('effect_confirmed', 'ack_pending', 'acknowledged')
-	LIMIT $1
-	FOR UPDATE OF e2 SKIP LOCKED)`, limit)
+	tag, err := l.pool.Exec(ctx, sweepOutboxSQL, limit)
 	if err != nil {
 		return 0, translate("sweep outbox", err)
 	}
