@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ackgate/ackgate/gate"
 	"github.com/ackgate/ackgate/storage"
 )
@@ -265,6 +268,45 @@ func TestTwoStepsOfOneOperationGoInTurn(t *testing.T) {
 	}
 }
 
+// stall holds locked's row in a transaction of its own and sends its
+// evidence, which waits on that lock in a batch of its own: the batch stays
+// out until the returned transaction ends. written answers the evidence.
+func stall(t *testing.T, l *storage.Ledger, pool *pgxpool.Pool, locked *gate.Operation) (tx pgx.Tx, written chan error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, locked.ID); err != nil {
+		t.Fatal(err)
+	}
+	written = make(chan error, 1)
+	go func() { written <- l.Write(ctx, confirm(t, locked, "r-locked", t0)) }()
+	waitFor(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	return tx, written
+}
+
+// claimFresh queues the creating claim of a new operation named name and
+// answers it.
+func claimFresh(t *testing.T, l *storage.Ledger, name string) chan error {
+	claimed := make(chan error, 1)
+	go func() {
+		_, created, err := l.Claim(context.Background(), creating(t, newOperation(name), "m-1", t0))
+		if err == nil && !created {
+			err = errors.New("found, not created")
+		}
+		claimed <- err
+	}()
+	return claimed
+}
+
 // A batch that waits on a row lock does not hold up the steps queued
 // behind it: once it has been out a while, a second flusher takes them.
 // Here the first flusher's batch is an evidence write blocked by another
@@ -276,32 +318,9 @@ func TestStalledBatchDoesNotHoldTheQueue(t *testing.T) {
 	ctx := context.Background()
 	locked := newOperation("stall-locked")
 	createPending(t, l, locked)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // the test releases it below
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, locked.ID); err != nil {
-		t.Fatal(err)
-	}
-	written := make(chan error, 1)
-	go func() { written <- l.Write(ctx, confirm(t, locked, "r-locked", t0)) }()
 	// The write is on the wire, waiting for the lock, before the claim queues.
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
-	fresh := newOperation("stall-fresh")
-	claimed := make(chan error, 1)
-	go func() {
-		_, created, err := l.Claim(ctx, creating(t, fresh, "m-1", t0))
-		if err == nil && !created {
-			err = errors.New("found, not created")
-		}
-		claimed <- err
-	}()
+	tx, written := stall(t, l, pool, locked)
+	claimed := claimFresh(t, l, "stall-fresh")
 	select {
 	case err := <-claimed:
 		if err != nil {
@@ -339,36 +358,13 @@ func TestStalledBatchBehindLingeringAckMarks(t *testing.T) {
 	createPending(t, l, done)
 	must(t, l.Write(ctx, confirm(t, done, "r-done", t0)))
 	l.WaitFlushersIdle()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // the test releases it below
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, locked.ID); err != nil {
-		t.Fatal(err)
-	}
-	written := make(chan error, 1)
-	go func() { written <- l.Write(ctx, confirm(t, locked, "r-locked", t0)) }()
-	waitFor(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	tx, written := stall(t, l, pool, locked)
 	marked := make(chan error, 1)
 	go func() { marked <- l.Write(ctx, acked(t, done, 1, t0)) }()
 	waitFor(t, func() bool { return queued() == 1 })
 	// Several of the watch's looks pass with only the mark queued.
 	time.Sleep(5 * storage.StallAfter)
-	fresh := newOperation("stall-ack-fresh")
-	claimed := make(chan error, 1)
-	go func() {
-		_, created, err := l.Claim(ctx, creating(t, fresh, "m-1", t0))
-		if err == nil && !created {
-			err = errors.New("found, not created")
-		}
-		claimed <- err
-	}()
+	claimed := claimFresh(t, l, "stall-ack-fresh")
 	select {
 	case err := <-claimed:
 		if err != nil {
@@ -384,7 +380,7 @@ func TestStalledBatchBehindLingeringAckMarks(t *testing.T) {
 		t.Fatalf("the write after the lock was released: %v", err)
 	}
 	// The mark rides the next change.
-	must(t, l.Write(ctx, confirm(t, fresh, "r-fresh", t0)))
+	must(t, l.Write(ctx, confirm(t, newOperation("stall-ack-fresh"), "r-fresh", t0)))
 	if err := <-marked; err != nil {
 		t.Fatalf("the ack mark: %v", err)
 	}
