@@ -169,3 +169,6 @@ const (
 	ClaimOutboxSQL = claimOutboxSQL
 	SweepOutboxSQL = sweepOutboxSQL
 )
+
+// ClaimDueSQL is the reconciler's claim of due operations, for its plan.
+var ClaimDueSQL = claimDueSQL
