@@ -116,10 +116,11 @@ func Queries() map[string]string {
 // type, the relation and index it scans (a bitmap index scan names only
 // its index), its direction, and the rows it returned and, for a scan,
 // read from its relation (returned, or read and filtered out), over all
-// its loops. Tests hold listings to what they read with it.
+// its loops, and how many loops it ran. Tests hold listings to what they
+// read with it, and locking statements to how often they lock.
 type PlanNode struct {
 	Type, Relation, Index, Direction string
-	Rows, Read                       float64
+	Rows, Read, Loops                float64
 }
 
 func (n PlanNode) String() string {
@@ -144,7 +145,7 @@ func PlanNodes(raw []byte) ([]PlanNode, error) {
 		case map[string]any:
 			if t, ok := n["Node Type"].(string); ok {
 				num := func(k string) float64 { f, _ := n[k].(float64); return f }
-				p := PlanNode{Type: t, Rows: num("Actual Rows") * num("Actual Loops")}
+				p := PlanNode{Type: t, Rows: num("Actual Rows") * num("Actual Loops"), Loops: num("Actual Loops")}
 				p.Relation, _ = n["Relation Name"].(string)
 				p.Index, _ = n["Index Name"].(string)
 				p.Direction, _ = n["Scan Direction"].(string)

@@ -110,25 +110,23 @@ func wantOneLock(t *testing.T, conn *pgxpool.Conn, name, args string, n int) (lo
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // the statement's writes are not wanted
-	var plan []map[string]any
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "+name+"("+args+")").Scan(&plan); err != nil {
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "+name+"("+args+")").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	locks, took := 0.0, 0.0
-	var walk func(node map[string]any)
-	walk = func(node map[string]any) {
-		if node["Node Type"] == "LockRows" {
-			locks += node["Actual Loops"].(float64)
-			took += node["Actual Rows"].(float64)
-		}
-		children, _ := node["Plans"].([]any)
-		for _, c := range children {
-			walk(c.(map[string]any))
+	nodes, err := storage.PlanNodes(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := 0.0
+	for _, node := range nodes {
+		if node.Type == "LockRows" {
+			locks += node.Loops
+			locked += node.Rows
 		}
 	}
-	walk(plan[0]["Plan"].(map[string]any))
 	if locks != 1 {
-		t.Errorf("the locking subquery ran %v times for one pass over %d rows, want 1:\n%v", locks, n, plan)
+		t.Errorf("the locking subquery ran %v times for one pass over %d rows, want 1:\n%v", locks, n, nodes)
 	}
-	return took
+	return locked
 }

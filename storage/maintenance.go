@@ -137,19 +137,15 @@ func (m *Maintenance) KeptOpen(ctx context.Context) (map[string]int64, error) {
 // cutoff. With others set, it deletes those of every route not in others
 // instead (routes that left the routes file), under the same cutoff.
 func (m *Maintenance) PurgePoison(ctx context.Context, route string, others []string, cutoff time.Time, limit int) (int64, error) {
+	routes, which := any(route), "route = $1"
+	if others != nil {
+		routes, which = others, "route <> ALL($1)"
+	}
 	// By ctid from an array built once, like the outbox's claims
 	// (outbox.go): a join to the locking subquery can run it once per row.
-	q := `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM poison_messages WHERE route = $1 AND last_seen < $2
-		LIMIT $3 FOR UPDATE SKIP LOCKED))`
-	args := []any{route, cutoff, limit}
-	if others != nil {
-		q = `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM poison_messages WHERE route <> ALL($1) AND last_seen < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED))`
-		args[0] = others
-	}
-	tag, err := m.pool.Exec(ctx, q, args...)
+	tag, err := m.pool.Exec(ctx, `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM poison_messages WHERE `+which+` AND last_seen < $2
+		LIMIT $3 FOR UPDATE SKIP LOCKED))`, routes, cutoff, limit)
 	if err != nil {
 		return 0, translate("purge poison", err)
 	}
