@@ -612,13 +612,7 @@ func (b *bench) quiesce(ctx context.Context, db string) error {
 // connection of its own, and reads what it took and wrote.
 func (b *bench) vacuum(ctx context.Context) (maintenance, error) {
 	var m maintenance
-	lsn := func() (int64, error) {
-		b.obsQueries.Add(1)
-		var v int64
-		err := b.obs.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&v)
-		return v, err
-	}
-	wal0, err := lsn()
+	before, err := b.readPG(ctx, b.dbName)
 	if err != nil {
 		return m, err
 	}
@@ -633,8 +627,8 @@ func (b *bench) vacuum(ctx context.Context) (maintenance, error) {
 		return m, fmt.Errorf("vacuum: %w", err)
 	}
 	m.took = time.Since(start)
-	wal1, err := lsn()
-	m.wal = wal1 - wal0
+	after, err := b.readPG(ctx, b.dbName)
+	m.wal = after.sub(before).walBytes
 	return m, err
 }
 
