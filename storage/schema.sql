@@ -192,30 +192,25 @@ CREATE TRIGGER operations_history_kept AFTER UPDATE ON operations FOR EACH ROW
     EXECUTE FUNCTION ackgate_refuse('AG003', 'evidence, the ack, the first delivery''s answer and the first attempt are written once');
 
 -- The state moves only along the lifecycle (gate/state.go). A statement
--- may take more than one edge only along the paths the gate writes, each
--- with the witness of the state it passes: to ack_pending through
--- effect_confirmed from reserved or pending_effect, recording the evidence;
--- to acknowledged through ack_pending from effect_confirmed, recording the
--- ack, or from effect_indeterminate (a handed-off operation a lookup
--- settled), recording both.
+-- may take more than one edge only along the paths the gate writes, listed
+-- here as edges of their own: to ack_pending through effect_confirmed from
+-- reserved or pending_effect, to acknowledged through ack_pending from
+-- effect_confirmed, or from effect_indeterminate (a handed-off operation a
+-- lookup settled). Each such move writes the evidence or the ack it passes
+-- through; the two CHECK constraints on them refuse it otherwise, so the
+-- clause need not say so again (it is prepared anew for every statement
+-- that sets state).
 CREATE TRIGGER operations_transitions_follow_the_table AFTER UPDATE OF state ON operations FOR EACH ROW
-    WHEN (NEW.state <> OLD.state AND NOT (
-        OLD.state || '>' || NEW.state = ANY ('{
-            received>reserved, received>conflicting, received>terminal_failure,
-            reserved>pending_effect, reserved>effect_confirmed, reserved>effect_indeterminate,
-            reserved>terminal_failure,
-            pending_effect>reserved, pending_effect>effect_confirmed, pending_effect>effect_indeterminate,
-            pending_effect>terminal_failure,
-            effect_indeterminate>pending_effect, effect_indeterminate>effect_confirmed,
-            effect_indeterminate>terminal_failure,
-            effect_confirmed>ack_pending, ack_pending>acknowledged,
-            terminal_failure>pending_effect, terminal_failure>effect_confirmed}'::text[])
-        OR (OLD.state IN ('reserved', 'pending_effect') AND NEW.state = 'ack_pending'
-            AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL)
-        OR (OLD.state = 'effect_confirmed' AND NEW.state = 'acknowledged'
-            AND OLD.acked_at IS NULL AND NEW.acked_at IS NOT NULL)
-        OR (OLD.state = 'effect_indeterminate' AND NEW.state = 'acknowledged'
-            AND OLD.evidence_at IS NULL AND NEW.evidence_at IS NOT NULL AND OLD.acked_at IS NULL AND NEW.acked_at IS NOT NULL)))
+    WHEN (NEW.state <> OLD.state AND NOT (OLD.state || '>' || NEW.state = ANY ('{
+        received>reserved, received>conflicting, received>terminal_failure,
+        reserved>pending_effect, reserved>effect_confirmed, reserved>effect_indeterminate,
+        reserved>terminal_failure, reserved>ack_pending,
+        pending_effect>reserved, pending_effect>effect_confirmed, pending_effect>effect_indeterminate,
+        pending_effect>terminal_failure, pending_effect>ack_pending,
+        effect_indeterminate>pending_effect, effect_indeterminate>effect_confirmed,
+        effect_indeterminate>terminal_failure, effect_indeterminate>acknowledged,
+        effect_confirmed>ack_pending, effect_confirmed>acknowledged, ack_pending>acknowledged,
+        terminal_failure>pending_effect, terminal_failure>effect_confirmed}'::text[])))
     EXECUTE FUNCTION ackgate_refuse('AG001', 'the transition is not in the lifecycle');
 
 -- Without a log an operation moves only along the common path (its
