@@ -391,6 +391,13 @@ func TestLedgerRefusesRawSQL(t *testing.T) {
 		{"an ack rewritten", `UPDATE operations SET acked_at = now() WHERE id = 'op_raw-done'`, "AG003"},
 		{"a second answer for the first delivery", `UPDATE operations SET d1_decision = 'nack' WHERE id = 'op_raw-done'`, "AG003"},
 		{"the first attempt finished again", `UPDATE operations SET a1_outcome = 'terminal' WHERE id = 'op_raw-done'`, "AG003"},
+		{"the first attempt's start rewritten", `UPDATE operations SET a1_contract = 'other' WHERE id = 'op_raw-done'`, "AG003"},
+		{"the first attempt restarted", `UPDATE operations SET a1_started_at = now() WHERE id = 'op_raw-done'`, "AG003"},
+		// The rules of one column are their domains'.
+		{"a negative count", `UPDATE operations SET checks = -1 WHERE id = 'op_raw'`, "23514"},
+		{"an outcome outside the five", `UPDATE operations SET a1_outcome = 'done' WHERE id = 'op_raw'`, "23514"},
+		{"a decision outside the four", `UPDATE operations SET d1_decision = 'maybe' WHERE id = 'op_raw'`, "23514"},
+		{"no delivery counted", `UPDATE operations SET delivery_count = 0 WHERE id = 'op_raw'`, "23514"},
 		{"a second answer for a further delivery", `UPDATE deliveries SET decision = 'ack' WHERE operation_id = 'op_raw-redelivered'`, "AG003"},
 		{"a further delivery rewritten", `UPDATE deliveries SET source = 'other' WHERE operation_id = 'op_raw-redelivered'`, "AG003"},
 		{"a move off the common path without its log", `UPDATE operations SET state = 'terminal_failure', waiting = 'terminal_failure'
