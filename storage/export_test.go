@@ -173,3 +173,6 @@ const (
 
 // ClaimDueSQL is the reconciler's claim of due operations, for its plan.
 var ClaimDueSQL = claimDueSQL
+
+// PurgePoisonSQL is the poison purge, for its plan.
+var PurgePoisonSQL = purgePoisonSQL

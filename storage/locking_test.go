@@ -99,6 +99,47 @@ func TestReconcilerClaimLocksOncePerPass(t *testing.T) {
 	}
 }
 
+// The retention purge of poison records likewise, for one route and for
+// the routes that left the routes file, planned while the table was empty.
+func TestPoisonPurgeLocksOncePerPass(t *testing.T) {
+	t.Parallel()
+	_, pool := newLedger(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	statements := []struct{ name, sql, types, args string }{
+		{"purge_route", storage.PurgePoisonSQL(false), "text, timestamptz, int", "'orders', now(), 16"},
+		{"purge_others", storage.PurgePoisonSQL(true), "text[], timestamptz, int", "'{kept}', now(), 16"},
+	}
+	for _, st := range statements {
+		if _, err := conn.Exec(ctx, "PREPARE "+st.name+"("+st.types+") AS "+st.sql); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "EXECUTE "+st.name+"("+st.args+")"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 60
+	if _, err := pool.Exec(ctx, `INSERT INTO poison_messages (route, fingerprint, broker, reason, first_seen, last_seen, acked)
+		SELECT 'orders', 'fp-' || g, 'pubsub', 'malformed', now() - interval '1 day', now() - interval '1 day', true
+		FROM generate_series(1, $1) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range statements {
+		t.Run(st.name, func(t *testing.T) {
+			if locked := wantOneLock(t, conn, st.name, st.args, n); locked != 16 {
+				t.Errorf("the purge locked %v records of %d due, want its limit of 16", locked, n)
+			}
+		})
+	}
+}
+
 // wantOneLock runs prepared statement name with args under EXPLAIN ANALYZE,
 // in a transaction it rolls back, and fails unless its locking subquery ran
 // once over the n rows it could take. It returns how many rows it locked.

@@ -137,19 +137,30 @@ func (m *Maintenance) KeptOpen(ctx context.Context) (map[string]int64, error) {
 // cutoff. With others set, it deletes those of every route not in others
 // instead (routes that left the routes file), under the same cutoff.
 func (m *Maintenance) PurgePoison(ctx context.Context, route string, others []string, cutoff time.Time, limit int) (int64, error) {
-	routes, which := any(route), "route = $1"
+	sql, routes := purgePoisonSQL(false), any(route)
 	if others != nil {
-		routes, which = others, "route <> ALL($1)"
+		sql, routes = purgePoisonSQL(true), others
 	}
-	// By ctid from an array built once, like the outbox's claims
-	// (outbox.go): a join to the locking subquery can run it once per row.
-	tag, err := m.pool.Exec(ctx, `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM poison_messages WHERE `+which+` AND last_seen < $2
-		LIMIT $3 FOR UPDATE SKIP LOCKED))`, routes, cutoff, limit)
+	tag, err := m.pool.Exec(ctx, sql, routes, cutoff, limit)
 	if err != nil {
 		return 0, translate("purge poison", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// purgePoisonSQL deletes poison records of route $1 (with others, of every
+// route but those in $1) last seen before $2, at most $3 of them. It goes
+// by ctid from an array built once, like the outbox's claims (outbox.go):
+// a join to the locking subquery can run it once per row
+// (TestPoisonPurgeLocksOncePerPass).
+func purgePoisonSQL(others bool) string {
+	which := "route = $1"
+	if others {
+		which = "route <> ALL($1)"
+	}
+	return `DELETE FROM poison_messages WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM poison_messages WHERE ` + which + ` AND last_seen < $2
+		LIMIT $3 FOR UPDATE SKIP LOCKED))`
 }
 
 // LaneStat is how many operations of a route wait in one lane state, and
