@@ -515,23 +515,31 @@ CREATE TABLE sns_subscription_claims (
 -- (gate.Ledger.Claim returns no operation then), so f and la are NULL, and
 -- f's id, never NULL for an operation found, is what tells the reader.
 WITH c AS (
-    SELECT * FROM unnest(
-        @id::text[], @created_at::timestamptz[], @retain_until::timestamptz[], @publish_time::timestamptz[],
-        @fingerprint_version::integer[], @broker_attempt::integer[], @route::text[], @tenant::text[],
-        @key_source::text[], @key::text[], @scope_key::text[], @fingerprint::text[], @shape::text[],
-        @dead_letter_policy::text[], @contract_version::text[], @idempotency_key::text[], @trace_id::text[],
-        @span_id::text[], @broker::text[], @source::text[], @message_id::text[], @owner::text[],
-        @lease_deadline::timestamptz[], @state::text[], @reason::text[],
-        @a1_started_at::timestamptz[], @d1_decision::text[], @d1_reason::text[], @handed_off::boolean[],
-        @dead_reason::text[], @acked_decision::text[], @acked_reason::text[], @acked_anomaly::text[],
-        @outbox_publication_id::text[], @outbox_ordering_key::text[], @outbox_attributes::jsonb[],
-        @outbox_data::bytea[], @outbox_sealed_with::text[], @outbox_sealed_pointers::jsonb[])
-        AS c(id, created_at, retain_until, publish_time, fingerprint_version, broker_attempt, route, tenant,
-             key_source, key, scope_key, fingerprint, shape, dead_letter_policy, contract_version,
-             idempotency_key, trace_id, span_id, broker, source, message_id, owner, lease_deadline, state,
-             reason, a1_started_at, d1_decision, d1_reason, handed_off, dead_reason, acked_decision,
-             acked_reason, acked_anomaly, outbox_publication_id, outbox_ordering_key, outbox_attributes,
-             outbox_data, outbox_sealed_with, outbox_sealed_pointers)
+    SELECT
+        unnest(@id::text[]) AS id, unnest(@created_at::timestamptz[]) AS created_at,
+        unnest(@retain_until::timestamptz[]) AS retain_until,
+        unnest(@publish_time::timestamptz[]) AS publish_time,
+        unnest(@fingerprint_version::integer[]) AS fingerprint_version,
+        unnest(@broker_attempt::integer[]) AS broker_attempt, unnest(@route::text[]) AS route,
+        unnest(@tenant::text[]) AS tenant, unnest(@key_source::text[]) AS key_source,
+        unnest(@key::text[]) AS key, unnest(@scope_key::text[]) AS scope_key,
+        unnest(@fingerprint::text[]) AS fingerprint, unnest(@shape::text[]) AS shape,
+        unnest(@dead_letter_policy::text[]) AS dead_letter_policy,
+        unnest(@contract_version::text[]) AS contract_version,
+        unnest(@idempotency_key::text[]) AS idempotency_key, unnest(@trace_id::text[]) AS trace_id,
+        unnest(@span_id::text[]) AS span_id, unnest(@broker::text[]) AS broker,
+        unnest(@source::text[]) AS source, unnest(@message_id::text[]) AS message_id,
+        unnest(@owner::text[]) AS owner, unnest(@lease_deadline::timestamptz[]) AS lease_deadline,
+        unnest(@state::text[]) AS state, unnest(@reason::text[]) AS reason,
+        unnest(@a1_started_at::timestamptz[]) AS a1_started_at, unnest(@d1_decision::text[]) AS d1_decision,
+        unnest(@d1_reason::text[]) AS d1_reason, unnest(@handed_off::boolean[]) AS handed_off,
+        unnest(@dead_reason::text[]) AS dead_reason, unnest(@acked_decision::text[]) AS acked_decision,
+        unnest(@acked_reason::text[]) AS acked_reason, unnest(@acked_anomaly::text[]) AS acked_anomaly,
+        unnest(@outbox_publication_id::text[]) AS outbox_publication_id,
+        unnest(@outbox_ordering_key::text[]) AS outbox_ordering_key,
+        unnest(@outbox_attributes::jsonb[]) AS outbox_attributes, unnest(@outbox_data::bytea[]) AS outbox_data,
+        unnest(@outbox_sealed_with::text[]) AS outbox_sealed_with,
+        unnest(@outbox_sealed_pointers::jsonb[]) AS outbox_sealed_pointers
 ), claimed AS (
     INSERT INTO operations AS o (created_at, retain_until, publish_time, fingerprint_version, broker_attempt,
         id, route, tenant, key_source, key, scope_key, fingerprint, shape, dead_letter_policy,
@@ -599,27 +607,34 @@ LEFT JOIN LATERAL (
 -- (logs, or a log already begun) its steps are appended to the log and the
 -- operation enters the lanes. Each change is answered: ok, or why not.
 WITH c AS (
-    SELECT * FROM unnest(
-        @i::integer[], @id::text[], @expect::text[], @fence::bigint[], @takes::boolean[], @at::timestamptz[],
-        @final::text[], @steps::integer[], @logs::boolean[], @reason::text[], @owner::text[],
-        @claims::boolean[], @settles::boolean[], @lease_deadline::timestamptz[], @lease_extensions::integer[],
-        @lease_lost_at::timestamptz[], @delivery_n::integer[], @message_id::text[], @answer_n::integer[],
-        @answer_decision::text[], @answer_reason::text[], @finish_n::integer[], @finished_at::timestamptz[],
-        @finish_outcome::text[], @finish_status::integer[], @finish_result_id::text[], @finish_reason::text[],
-        @start_n::integer[], @started_at::timestamptz[], @contract::text[], @lookup_n::integer[],
-        @lookup_started_at::timestamptz[], @lookup_finished_at::timestamptz[], @lookup_outcome::text[],
-        @lookup_status::integer[], @lookup_result_id::text[], @lookup_reason::text[], @evidence::boolean[],
-        @result_id::text[], @lane::text[], @acked::boolean[], @handed_off::boolean[], @grant::integer[],
-        @schedule::boolean[], @next_check_at::timestamptz[], @checks::integer[], @dead_reason::text[],
-        @intervention::text[], @actor::text[], @intervention_reason::text[], @intervention_result_id::text[],
-        @reset::boolean[])
-        AS c(i, id, expect, fence, takes, at, final, steps, logs, reason, owner, claims, settles,
-             lease_deadline, lease_extensions, lease_lost_at, delivery_n, message_id, answer_n,
-             answer_decision, answer_reason, finish_n, finished_at, finish_outcome, finish_status,
-             finish_result_id, finish_reason, start_n, started_at, contract, lookup_n, lookup_started_at,
-             lookup_finished_at, lookup_outcome, lookup_status, lookup_result_id, lookup_reason, evidence,
-             result_id, lane, acked, handed_off, grant_through, schedule, next_check_at, checks,
-             dead_reason, intervention, actor, intervention_reason, intervention_result_id, reset)
+    SELECT
+        unnest(@i::integer[]) AS i, unnest(@id::text[]) AS id, unnest(@expect::text[]) AS expect,
+        unnest(@fence::bigint[]) AS fence, unnest(@takes::boolean[]) AS takes,
+        unnest(@at::timestamptz[]) AS at, unnest(@final::text[]) AS final, unnest(@steps::integer[]) AS steps,
+        unnest(@logs::boolean[]) AS logs, unnest(@reason::text[]) AS reason, unnest(@owner::text[]) AS owner,
+        unnest(@claims::boolean[]) AS claims, unnest(@settles::boolean[]) AS settles,
+        unnest(@lease_deadline::timestamptz[]) AS lease_deadline,
+        unnest(@lease_extensions::integer[]) AS lease_extensions,
+        unnest(@lease_lost_at::timestamptz[]) AS lease_lost_at, unnest(@delivery_n::integer[]) AS delivery_n,
+        unnest(@message_id::text[]) AS message_id, unnest(@answer_n::integer[]) AS answer_n,
+        unnest(@answer_decision::text[]) AS answer_decision, unnest(@answer_reason::text[]) AS answer_reason,
+        unnest(@finish_n::integer[]) AS finish_n, unnest(@finished_at::timestamptz[]) AS finished_at,
+        unnest(@finish_outcome::text[]) AS finish_outcome, unnest(@finish_status::integer[]) AS finish_status,
+        unnest(@finish_result_id::text[]) AS finish_result_id, unnest(@finish_reason::text[]) AS finish_reason,
+        unnest(@start_n::integer[]) AS start_n, unnest(@started_at::timestamptz[]) AS started_at,
+        unnest(@contract::text[]) AS contract, unnest(@lookup_n::integer[]) AS lookup_n,
+        unnest(@lookup_started_at::timestamptz[]) AS lookup_started_at,
+        unnest(@lookup_finished_at::timestamptz[]) AS lookup_finished_at,
+        unnest(@lookup_outcome::text[]) AS lookup_outcome, unnest(@lookup_status::integer[]) AS lookup_status,
+        unnest(@lookup_result_id::text[]) AS lookup_result_id, unnest(@lookup_reason::text[]) AS lookup_reason,
+        unnest(@evidence::boolean[]) AS evidence, unnest(@result_id::text[]) AS result_id,
+        unnest(@lane::text[]) AS lane, unnest(@acked::boolean[]) AS acked,
+        unnest(@handed_off::boolean[]) AS handed_off, unnest(@grant::integer[]) AS grant_through,
+        unnest(@schedule::boolean[]) AS schedule, unnest(@next_check_at::timestamptz[]) AS next_check_at,
+        unnest(@checks::integer[]) AS checks, unnest(@dead_reason::text[]) AS dead_reason,
+        unnest(@intervention::text[]) AS intervention, unnest(@actor::text[]) AS actor,
+        unnest(@intervention_reason::text[]) AS intervention_reason,
+        unnest(@intervention_result_id::text[]) AS intervention_result_id, unnest(@reset::boolean[]) AS reset
 ), changed AS (
     UPDATE operations o SET
         fence = c.fence,
@@ -670,8 +685,9 @@ WITH c AS (
     SELECT ch.id, ch.log_count - c.steps + s.k, s.from_state, s.to_state, c.at, c.fence, c.message_id, s.reason
     FROM changed ch
     JOIN c ON c.id = ch.id
-    JOIN unnest(@step_i::integer[], @step_k::integer[], @step_from::text[], @step_to::text[], @step_reason::text[])
-        AS s(i, k, from_state, to_state, reason) ON s.i = c.i
+    JOIN (SELECT unnest(@step_i::integer[]) AS i, unnest(@step_k::integer[]) AS k,
+        unnest(@step_from::text[]) AS from_state, unnest(@step_to::text[]) AS to_state,
+        unnest(@step_reason::text[]) AS reason) s ON s.i = c.i
     WHERE ch.log_count > 0
 ), marked AS (
     -- The further delivery that took the lease gets its fence; the one this
@@ -751,16 +767,19 @@ ORDER BY c.i;
 -- the larger part of the change's cost. TestRowIsTheChangeStatement holds
 -- the two to the same rows and answers.
 WITH c AS (
-    SELECT * FROM unnest(
-        @i::integer[], @id::text[], @expect::text[], @fence::bigint[], @at::timestamptz[], @final::text[],
-        @steps::integer[], @logs::boolean[], @reason::text[], @settles::boolean[],
-        @lease_deadline::timestamptz[], @lease_extensions::integer[], @answer_n::integer[],
-        @answer_decision::text[], @answer_reason::text[], @finish_n::integer[], @finished_at::timestamptz[],
-        @finish_outcome::text[], @finish_status::integer[], @finish_result_id::text[], @finish_reason::text[],
-        @evidence::boolean[], @result_id::text[], @lane::text[], @acked::boolean[])
-        AS c(i, id, expect, fence, at, final, steps, logs, reason, settles, lease_deadline, lease_extensions,
-             answer_n, answer_decision, answer_reason, finish_n, finished_at, finish_outcome, finish_status,
-             finish_result_id, finish_reason, evidence, result_id, lane, acked)
+    SELECT
+        unnest(@i::integer[]) AS i, unnest(@id::text[]) AS id, unnest(@expect::text[]) AS expect,
+        unnest(@fence::bigint[]) AS fence, unnest(@at::timestamptz[]) AS at, unnest(@final::text[]) AS final,
+        unnest(@steps::integer[]) AS steps, unnest(@logs::boolean[]) AS logs,
+        unnest(@reason::text[]) AS reason, unnest(@settles::boolean[]) AS settles,
+        unnest(@lease_deadline::timestamptz[]) AS lease_deadline,
+        unnest(@lease_extensions::integer[]) AS lease_extensions, unnest(@answer_n::integer[]) AS answer_n,
+        unnest(@answer_decision::text[]) AS answer_decision, unnest(@answer_reason::text[]) AS answer_reason,
+        unnest(@finish_n::integer[]) AS finish_n, unnest(@finished_at::timestamptz[]) AS finished_at,
+        unnest(@finish_outcome::text[]) AS finish_outcome, unnest(@finish_status::integer[]) AS finish_status,
+        unnest(@finish_result_id::text[]) AS finish_result_id, unnest(@finish_reason::text[]) AS finish_reason,
+        unnest(@evidence::boolean[]) AS evidence, unnest(@result_id::text[]) AS result_id,
+        unnest(@lane::text[]) AS lane, unnest(@acked::boolean[]) AS acked
 ), changed AS (
     UPDATE operations o SET
         log_count = o.log_count + CASE WHEN c.logs OR o.log_count > 0 THEN c.steps ELSE 0 END,
@@ -795,8 +814,9 @@ WITH c AS (
     SELECT ch.id, ch.log_count - c.steps + s.k, s.from_state, s.to_state, c.at, c.fence, '', s.reason
     FROM changed ch
     JOIN c ON c.id = ch.id
-    JOIN unnest(@step_i::integer[], @step_k::integer[], @step_from::text[], @step_to::text[], @step_reason::text[])
-        AS s(i, k, from_state, to_state, reason) ON s.i = c.i
+    JOIN (SELECT unnest(@step_i::integer[]) AS i, unnest(@step_k::integer[]) AS k,
+        unnest(@step_from::text[]) AS from_state, unnest(@step_to::text[]) AS to_state,
+        unnest(@step_reason::text[]) AS reason) s ON s.i = c.i
     WHERE ch.log_count > 0
 )
 SELECT CASE
@@ -815,9 +835,10 @@ ORDER BY c.i;
 -- first on its operation's row, the further ones in deliveries. A reset
 -- lease met by the delivery is kept with the operation's lease events.
 WITH c AS (
-    SELECT * FROM unnest(@id::text[], @n::integer[], @decision::text[], @reason::text[], @anomaly::text[],
-        @reset_fence::bigint[], @at::timestamptz[])
-        AS c(id, n, decision, reason, anomaly, reset_fence, at)
+    SELECT
+        unnest(@id::text[]) AS id, unnest(@n::integer[]) AS n, unnest(@decision::text[]) AS decision,
+        unnest(@reason::text[]) AS reason, unnest(@anomaly::text[]) AS anomaly,
+        unnest(@reset_fence::bigint[]) AS reset_fence, unnest(@at::timestamptz[]) AS at
 ), first AS (
     UPDATE operations o SET d1_decision = c.decision,
         d1_reason = CASE WHEN c.reason = '' THEN o.d1_reason ELSE c.reason END, d1_anomaly = c.anomaly
