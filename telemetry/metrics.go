@@ -30,8 +30,10 @@ type Metrics struct {
 	// sets holds the measurement option of each label combination seen, so
 	// that a delivery's half a dozen measurements reuse their attribute sets
 	// instead of building and sorting each one anew. The labels are bounded
-	// (above), and so is the cache.
-	sets sync.Map // labels -> metric.MeasurementOption
+	// (above), and so is the cache: a map typed by combination, read under
+	// a read lock.
+	setsMu sync.RWMutex
+	sets   map[labels]metric.MeasurementOption
 }
 
 // labels are one measurement's label values; names says which label each
@@ -53,8 +55,11 @@ var (
 
 // with returns the measurement option of l, built once.
 func (m *Metrics) with(l labels) metric.MeasurementOption {
-	if o, ok := m.sets.Load(l); ok {
-		return o.(metric.MeasurementOption)
+	m.setsMu.RLock()
+	o, ok := m.sets[l]
+	m.setsMu.RUnlock()
+	if ok {
+		return o
 	}
 	values := [3]string{l.a, l.b, l.c}
 	if l.names == responseLabels {
@@ -66,8 +71,17 @@ func (m *Metrics) with(l labels) metric.MeasurementOption {
 			kvs = append(kvs, attribute.String(name, values[i]))
 		}
 	}
-	o, _ := m.sets.LoadOrStore(l, metric.WithAttributeSet(attribute.NewSet(kvs...)))
-	return o.(metric.MeasurementOption)
+	m.setsMu.Lock()
+	defer m.setsMu.Unlock()
+	if o, ok := m.sets[l]; ok {
+		return o // another measurement built it meanwhile
+	}
+	if m.sets == nil {
+		m.sets = make(map[labels]metric.MeasurementOption)
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(kvs...))
+	m.sets[l] = o
+	return o
 }
 
 var _ gate.Recorder = (*Metrics)(nil)
