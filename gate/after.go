@@ -93,26 +93,38 @@ func NewAfterAnswer(rs Reservations, log *slog.Logger, o AfterAnswerOptions) *Af
 // the work, or runs it on the caller under ctx when the queue is full or
 // closed.
 func (a *AfterAnswer) Finish(ctx context.Context, res *Result, sent bool) {
-	if !res.hasLedgerWork(sent) && len(res.release) == 0 {
+	if a.Queue(res, sent) {
 		return
 	}
-	a.mu.RLock()
-	if !a.closed {
-		// Counted before the send, so Pending never reads zero while the
-		// result is queued.
-		a.pending.Add(1)
-		select {
-		case a.jobs <- afterJob{res: res, sent: sent}:
-			a.mu.RUnlock()
-			a.queued.Add(1)
-			return
-		default:
-			a.pending.Add(-1)
-		}
-	}
-	a.mu.RUnlock()
 	a.inline.Add(1)
 	res.Finish(ctx, a.log, sent)
+}
+
+// Queue takes res's post-response work if it can do without the caller:
+// when there is none, or the queue has room. Otherwise it reports false
+// and the work is still the caller's, for Finish. A caller that would make
+// a context only for the work run inline tries Queue first, so the common
+// case, queued, makes none.
+func (a *AfterAnswer) Queue(res *Result, sent bool) bool {
+	if !res.hasLedgerWork(sent) && len(res.release) == 0 {
+		return true
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return false
+	}
+	// Counted before the send, so Pending never reads zero while the
+	// result is queued.
+	a.pending.Add(1)
+	select {
+	case a.jobs <- afterJob{res: res, sent: sent}:
+		a.queued.Add(1)
+		return true
+	default:
+		a.pending.Add(-1)
+		return false
+	}
 }
 
 // Counts says how many results were queued, how many ran on their caller

@@ -26,7 +26,12 @@ type Deliverer interface {
 }
 
 // Afterward takes a result's post-response work once the response is out.
+// Queue takes it without the caller when it can (gate.AfterAnswer queues
+// it); Finish takes it in any case, running it under ctx when it cannot be
+// queued. The handler tries Queue first so that it builds the bounded
+// context Finish needs only for work that may run on its goroutine.
 type Afterward interface {
+	Queue(res *gate.Result, sent bool) bool
 	Finish(ctx context.Context, res *gate.Result, sent bool)
 }
 
@@ -211,16 +216,17 @@ func (o *IngestOptions) deliver(ctx context.Context, w http.ResponseWriter, span
 	}
 	sent, status := o.finish(ctx, w, msg.Broker, route, out)
 	endDelivery(span, out, status)
-	if res != nil {
-		// The response is out; what follows cannot change it.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.FinishTimeout)
-		defer cancel()
-		if o.After != nil {
-			o.After.Finish(fctx, res, sent)
-			return
-		}
-		res.Finish(fctx, o.Logger, sent)
+	if res == nil || (o.After != nil && o.After.Queue(res, sent)) {
+		return
 	}
+	// The response is out; what follows cannot change it.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.FinishTimeout)
+	defer cancel()
+	if o.After != nil {
+		o.After.Finish(fctx, res, sent)
+		return
+	}
+	res.Finish(fctx, o.Logger, sent)
 }
 
 // refuseMessage refuses a body that does not decode into a message: as a

@@ -183,6 +183,9 @@ func TestFullQueueRunsWorkOnTheCaller(t *testing.T) {
 	after.Finish(context.Background(), results[0], true)
 	waitFor(t, "the worker took the first result", func() bool { _, _, b := after.Counts(); return b == 1 })
 	after.Finish(context.Background(), results[1], true) // fills the queue
+	if after.Queue(results[2], true) {
+		t.Fatal("Queue took work with the queue full")
+	}
 	inlineDone := make(chan struct{})
 	go func() {
 		defer close(inlineDone)
@@ -234,6 +237,9 @@ func TestDrainFinishesQueuedWork(t *testing.T) {
 		if !settled(t, gw, res) {
 			t.Errorf("%s not acknowledged with its lease released after the drain", res.OperationID)
 		}
+	}
+	if gw.After.Queue(results[39], true) {
+		t.Fatal("Queue took work after the drain")
 	}
 	gw.After.Finish(context.Background(), results[39], true)
 	if !settled(t, gw, results[39]) {
