@@ -572,51 +572,65 @@ func (o *owned) callDeadline() time.Time {
 func (o *owned) renew(ctx context.Context) (stop func()) {
 	r := o.route()
 	if r.Renewal.Interval <= 0 || !o.taken {
-		return func() {}
+		return noRenewal
 	}
-	limit := o.firstExpiry.Add(r.Renewal.MaxExtension)
-	ctx, cancel := context.WithCancel(ctx)
-	var (
-		mu      sync.Mutex
-		stopped bool
-		pending sync.WaitGroup // a renewal scheduled or under way
-		timer   *time.Timer
-	)
-	tick := func() {
-		defer pending.Done()
-		ttl := min(leaseTTL(r), limit.Sub(o.g.Now()))
-		if ttl <= 0 {
-			return // the cap is reached: the lease lapses as it stands
-		}
-		l, err := o.g.Reservations.Renew(ctx, o.lease, ttl)
-		if errors.Is(err, ErrLeaseLost) {
-			lost := o.g.Now()
-			o.leaseLost = &lost
-			return
-		}
-		if err == nil {
-			o.lease = l
-			o.extensions++
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			pending.Add(1)
-			timer.Reset(r.Renewal.Interval)
-		}
+	rn := &renewal{o: o, limit: o.firstExpiry.Add(r.Renewal.MaxExtension)}
+	rn.ctx, rn.cancel = context.WithCancel(ctx)
+	rn.mu.Lock()
+	rn.pending.Add(1)
+	rn.timer = time.AfterFunc(r.Renewal.Interval, rn.tick)
+	rn.mu.Unlock()
+	return rn.stop
+}
+
+func noRenewal() {}
+
+// renewal is one call's lease renewal (owned.renew), its state in one
+// allocation rather than a closure and a heap cell per variable.
+type renewal struct {
+	o      *owned
+	limit  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	stopped bool
+	pending sync.WaitGroup // a renewal scheduled or under way
+	timer   *time.Timer
+}
+
+func (rn *renewal) tick() {
+	defer rn.pending.Done()
+	o, r := rn.o, rn.o.route()
+	ttl := min(leaseTTL(r), rn.limit.Sub(o.g.Now()))
+	if ttl <= 0 {
+		return // the cap is reached: the lease lapses as it stands
 	}
-	mu.Lock()
-	pending.Add(1)
-	timer = time.AfterFunc(r.Renewal.Interval, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		if timer.Stop() {
-			pending.Done() // it never ran
-		}
-		mu.Unlock()
-		cancel()
-		pending.Wait()
+	l, err := o.g.Reservations.Renew(rn.ctx, o.lease, ttl)
+	if errors.Is(err, ErrLeaseLost) {
+		lost := o.g.Now()
+		o.leaseLost = &lost
+		return
 	}
+	if err == nil {
+		o.lease = l
+		o.extensions++
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if !rn.stopped {
+		rn.pending.Add(1)
+		rn.timer.Reset(r.Renewal.Interval)
+	}
+}
+
+func (rn *renewal) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	if rn.timer.Stop() {
+		rn.pending.Done() // it never ran
+	}
+	rn.mu.Unlock()
+	rn.cancel()
+	rn.pending.Wait()
 }
