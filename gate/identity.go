@@ -61,17 +61,50 @@ type IdentityError struct{ Reason string }
 
 func (e *IdentityError) Error() string { return "no usable identity: " + e.Reason }
 
-var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+// idEncoding is the standard base32 alphabet in lower case, without
+// padding: ids are spelled in lower case, and encoding them so directly
+// saves lower-casing a copy.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
+// digest is prefix and the first 26 base32 digits (130 bits) of the SHA-256
+// of parts, each preceded by its length as 8 big-endian bytes. It hashes
+// one buffer, on the stack for the short parts of an id, rather than
+// streaming each part into a hash.Hash, which cost an allocation for the
+// hash, one per part converted to bytes and two for the sum and its
+// encoding.
 func digest(prefix string, parts ...string) string {
-	h := sha256.New()
+	n := 0
 	for _, p := range parts {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
+		n += 8 + len(p)
 	}
-	return prefix + strings.ToLower(idEncoding.EncodeToString(h.Sum(nil))[:26])
+	var stack [512]byte
+	buf := stack[:0]
+	if n > len(stack) {
+		buf = make([]byte, 0, n)
+	}
+	for _, p := range parts {
+		buf = appendPart(buf, p)
+	}
+	var pre [32]byte
+	return idOf(append(pre[:0], prefix...), buf)
+}
+
+// appendPart appends p to a digest's input as digest does: its length,
+// then its bytes.
+func appendPart[T string | []byte](buf []byte, p T) []byte {
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(p)))
+	return append(buf, p...)
+}
+
+// idOf is prefix followed by the first 26 base32 digits of the SHA-256 of
+// in: the id digest makes of the parts in holds.
+func idOf(prefix, in []byte) string {
+	sum := sha256.Sum256(in)
+	// 20 bytes are four whole base32 blocks, 32 digits: the 26 kept are
+	// those of the whole sum's encoding.
+	var enc [32]byte
+	idEncoding.Encode(enc[:], sum[:20])
+	return string(append(prefix, enc[:26]...))
 }
 
 // Identify derives the operation identity and semantic fingerprint of m under
@@ -217,24 +250,31 @@ func operationKey(r *Route, m *Message) (string, error) {
 // canonical: parts are length-prefixed and attributes sorted, and JSON pointer
 // values are re-encoded so that whitespace and key order do not matter.
 func Fingerprint(spec *FingerprintSpec, m *Message) (string, error) {
-	parts := []string{"fp", strconv.Itoa(spec.Version)}
+	// The parts digest would take, appended straight into its input: the
+	// data is hashed where it lies instead of copied into a string first.
+	var stack [512]byte
+	version := strconv.Itoa(spec.Version)
+	buf := appendPart(appendPart(stack[:0], "fp"), version)
 	if spec.Data {
-		parts = append(parts, "data", string(m.Data))
+		buf = appendPart(appendPart(buf, "data"), m.Data)
 	}
-	attrs := slices.Clone(spec.Attributes)
-	slices.Sort(attrs)
+	attrs := spec.Attributes
+	if !slices.IsSorted(attrs) {
+		attrs = slices.Sorted(slices.Values(attrs))
+	}
 	for _, a := range attrs {
 		v, ok := m.Attributes[a]
-		parts = append(parts, "attr", a, strconv.FormatBool(ok), v)
+		buf = appendPart(appendPart(appendPart(appendPart(buf, "attr"), a), strconv.FormatBool(ok)), v)
 	}
 	for _, p := range spec.Pointers {
 		v, err := pointerValue(m.Data, p)
 		if err != nil {
 			return "", &IdentityError{Reason: "fingerprint: " + err.Error()}
 		}
-		parts = append(parts, "ptr", p, v)
+		buf = appendPart(appendPart(appendPart(buf, "ptr"), p), v)
 	}
-	return digest("v"+strconv.Itoa(spec.Version)+":", parts...), nil
+	var pre [32]byte
+	return idOf(append(append(append(pre[:0], 'v'), version...), ':'), buf), nil
 }
 
 // Poison is what the gateway keeps of a message that can never be processed
