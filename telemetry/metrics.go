@@ -33,7 +33,17 @@ type Metrics struct {
 	// (above), and so is the cache: a map typed by combination, read under
 	// a read lock.
 	setsMu sync.RWMutex
-	sets   map[labels]metric.MeasurementOption
+	sets   map[labels]labelSet
+}
+
+// labelSet is one label combination's attribute set as the options of Add
+// and Record, each in a slice of its own that every measurement passes on
+// as it is: a lone option passed to the variadic Add or Record is a new
+// slice, on the heap since the instrument is an interface, on every call.
+// The SDK only reads the options.
+type labelSet struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
 }
 
 // labels are one measurement's label values; names says which label each
@@ -53,8 +63,8 @@ var (
 	responseLabels   = &[3]string{"broker", "route", "status"}
 )
 
-// with returns the measurement option of l, built once.
-func (m *Metrics) with(l labels) metric.MeasurementOption {
+// with returns the label set of l, built once.
+func (m *Metrics) with(l labels) labelSet {
 	m.setsMu.RLock()
 	o, ok := m.sets[l]
 	m.setsMu.RUnlock()
@@ -70,7 +80,7 @@ func (m *Metrics) with(l labels) metric.MeasurementOption {
 // work's fresh goroutines grew their stacks inside it.
 //
 //go:noinline
-func (m *Metrics) newSet(l labels) metric.MeasurementOption {
+func (m *Metrics) newSet(l labels) labelSet {
 	values := [3]string{l.a, l.b, l.c}
 	if l.names == responseLabels {
 		values[2] = strconv.Itoa(l.status)
@@ -87,11 +97,12 @@ func (m *Metrics) newSet(l labels) metric.MeasurementOption {
 		return o // another measurement built it meanwhile
 	}
 	if m.sets == nil {
-		m.sets = make(map[labels]metric.MeasurementOption)
+		m.sets = make(map[labels]labelSet)
 	}
 	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	m.sets[l] = o
-	return o
+	set := labelSet{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
+	m.sets[l] = set
+	return set
 }
 
 var _ gate.Recorder = (*Metrics)(nil)
@@ -154,15 +165,15 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 
 // Delivered implements gate.Recorder.
 func (m *Metrics) Delivered(ctx context.Context, r *gate.Route, b gate.Broker, d gate.Decision, gateTime time.Duration) {
-	attrs := m.with(labels{names: deliveredLabels, a: string(b), b: r.Name, c: string(d)})
-	m.deliveries.Add(ctx, 1, attrs)
-	m.gate.Record(ctx, gateTime.Seconds(), attrs)
+	set := m.with(labels{names: deliveredLabels, a: string(b), b: r.Name, c: string(d)})
+	m.deliveries.Add(ctx, 1, set.add...)
+	m.gate.Record(ctx, gateTime.Seconds(), set.record...)
 }
 
 // Malformed counts a delivery refused as malformed. kind comes from the
 // handlers' small fixed set, never from the request.
 func (m *Metrics) Malformed(ctx context.Context, b gate.Broker, route, kind string) {
-	m.malformed.Add(ctx, 1, m.with(labels{names: malformedLabels, a: string(b), b: route, c: kind}))
+	m.malformed.Add(ctx, 1, m.with(labels{names: malformedLabels, a: string(b), b: route, c: kind}).add...)
 }
 
 // Transitioned implements gate.Recorder.
@@ -172,24 +183,24 @@ func (m *Metrics) Transitioned(ctx context.Context, r *gate.Route, steps []gate.
 		if from == "" {
 			from = "new"
 		}
-		m.transitions.Add(ctx, 1, m.with(labels{names: transitionLabels, a: r.Name, b: from, c: string(s.To)}))
+		m.transitions.Add(ctx, 1, m.with(labels{names: transitionLabels, a: r.Name, b: from, c: string(s.To)}).add...)
 	}
 }
 
 // Contended implements gate.Recorder.
 func (m *Metrics) Contended(ctx context.Context, r *gate.Route) {
-	m.contended.Add(ctx, 1, m.with(labels{names: contendedLabels, a: r.Name}))
+	m.contended.Add(ctx, 1, m.with(labels{names: contendedLabels, a: r.Name}).add...)
 }
 
 // Downstream implements gate.Recorder.
 func (m *Metrics) Downstream(ctx context.Context, r *gate.Route, k gate.AttemptKind, o gate.Outcome, took time.Duration) {
-	m.downstream.Record(ctx, took.Seconds(), m.with(labels{names: downstreamLabels, a: r.Name, b: string(k), c: string(o)}))
+	m.downstream.Record(ctx, took.Seconds(), m.with(labels{names: downstreamLabels, a: r.Name, b: string(k), c: string(o)}).record...)
 }
 
 // Response counts a status returned on a push endpoint. route is "unknown"
 // when the request named a route the gateway does not have.
 func (m *Metrics) Response(ctx context.Context, b gate.Broker, route string, status int) {
-	m.responses.Add(ctx, 1, m.with(labels{names: responseLabels, a: string(b), b: route, status: status}))
+	m.responses.Add(ctx, 1, m.with(labels{names: responseLabels, a: string(b), b: route, status: status}).add...)
 }
 
 // AdminAuthFailed counts an admin request refused for its credential.

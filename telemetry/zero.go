@@ -36,13 +36,13 @@ func (m *Metrics) Routes(routes []*gate.Route) {
 	ctx := context.Background()
 	for _, r := range routes {
 		for _, d := range zeroDecisions {
-			m.deliveries.Add(ctx, 0, m.with(labels{names: deliveredLabels, a: string(r.Broker), b: r.Name, c: string(d)}))
+			m.deliveries.Add(ctx, 0, m.with(labels{names: deliveredLabels, a: string(r.Broker), b: r.Name, c: string(d)}).add...)
 		}
 		for _, s := range zeroStatuses {
-			m.responses.Add(ctx, 0, m.with(labels{names: responseLabels, a: string(r.Broker), b: r.Name, status: s}))
+			m.responses.Add(ctx, 0, m.with(labels{names: responseLabels, a: string(r.Broker), b: r.Name, status: s}).add...)
 		}
 		for _, k := range zeroMalformed {
-			m.malformed.Add(ctx, 0, m.with(labels{names: malformedLabels, a: string(r.Broker), b: r.Name, c: k}))
+			m.malformed.Add(ctx, 0, m.with(labels{names: malformedLabels, a: string(r.Broker), b: r.Name, c: k}).add...)
 		}
 		edges := append([]gate.Transition{{To: gate.StateReceived}, {To: gate.StateConflicting}}, gate.Transitions()...)
 		for _, e := range edges {
@@ -50,9 +50,9 @@ func (m *Metrics) Routes(routes []*gate.Route) {
 			if from == "" {
 				from = "new"
 			}
-			m.transitions.Add(ctx, 0, m.with(labels{names: transitionLabels, a: r.Name, b: from, c: string(e.To)}))
+			m.transitions.Add(ctx, 0, m.with(labels{names: transitionLabels, a: r.Name, b: from, c: string(e.To)}).add...)
 		}
-		m.contended.Add(ctx, 0, m.with(labels{names: contendedLabels, a: r.Name}))
+		m.contended.Add(ctx, 0, m.with(labels{names: contendedLabels, a: r.Name}).add...)
 	}
 }
 
