@@ -221,12 +221,25 @@ func (a *AfterAnswer) run(batch []afterJob) {
 	var (
 		wg     sync.WaitGroup
 		leases []Lease
+		// own is the one result whose ledger work this worker does itself
+		// while the others' run beside it: a batch of one, common below
+		// full load, then starts no goroutine, and the worker's stack is
+		// already grown to what the ledger's write path takes.
+		own *afterJob
 	)
-	for _, j := range batch {
+	for i := range batch {
+		j := &batch[i]
 		if j.res.hasLedgerWork(j.sent) {
-			wg.Go(func() { j.res.ledgerWork(ctx, a.log, j.sent) })
+			if own == nil {
+				own = j
+			} else {
+				wg.Go(func() { j.res.ledgerWork(ctx, a.log, j.sent) })
+			}
 		}
 		leases = append(leases, j.res.release...)
+	}
+	if own != nil {
+		own.res.ledgerWork(ctx, a.log, own.sent)
 	}
 	wg.Wait()
 	if len(leases) == 0 {
