@@ -6,10 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -19,6 +15,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/ackgate/ackgate/internal/tracecarrier"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
 )
@@ -216,41 +218,8 @@ func (c *Client) traceCall(span trace.Span, r *http.Request) {
 		span.SetAttributes(attrs[:n]...)
 	}
 	if c.propagators != nil {
-		c.propagators.Inject(r.Context(), headerCarrier(r.Header))
+		c.propagators.Inject(r.Context(), tracecarrier.Header(r.Header))
 	}
-}
-
-// headerCarrier is propagation.HeaderCarrier except that Set knows the
-// canonical form of the fields the standard propagators set. A
-// propagator names its fields in lower case ("traceparent"), which
-// http.Header.Set canonicalizes into a new string on every call; Set here
-// stores exactly what http.Header.Set would, the same key and a value slice
-// of its own, without that allocation.
-type headerCarrier http.Header
-
-var _ propagation.TextMapCarrier = headerCarrier(nil)
-
-// Get returns what propagation.HeaderCarrier's Get returns.
-func (hc headerCarrier) Get(key string) string { return propagation.HeaderCarrier(hc).Get(key) }
-
-// Keys returns what propagation.HeaderCarrier's Keys returns.
-func (hc headerCarrier) Keys() []string { return propagation.HeaderCarrier(hc).Keys() }
-
-// Set sets key to value as http.Header.Set does.
-func (hc headerCarrier) Set(key, value string) { hc[canonicalField(key)] = []string{value} }
-
-// canonicalField is http.CanonicalHeaderKey(key), without an allocation for
-// the fields of W3C Trace Context and Baggage.
-func canonicalField(key string) string {
-	switch key {
-	case "traceparent":
-		return "Traceparent"
-	case "tracestate":
-		return "Tracestate"
-	case "baggage":
-		return "Baggage"
-	}
-	return http.CanonicalHeaderKey(key)
 }
 
 // endCall ends a call's span with what came back: the status, or the

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ackgate/ackgate/internal/tracecarrier"
+
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -165,11 +167,6 @@ func TestHeaderNamesAreCanonical(t *testing.T) {
 			t.Errorf("%q is not canonical (%q)", k, c)
 		}
 	}
-	for _, k := range []string{"traceparent", "tracestate", "baggage", "b3", "X-B3-TraceId", "x-amzn-trace-id", "Traceparent", "with space"} {
-		if got, want := canonicalField(k), http.CanonicalHeaderKey(k); got != want {
-			t.Errorf("canonicalField(%q) = %q, want %q", k, got, want)
-		}
-	}
 }
 
 // setHeaders produces the header the Set-based composition did, for raw
@@ -248,15 +245,15 @@ func TestHeaderCarrierMatchesHeaderCarrier(t *testing.T) {
 	}
 	ctx := baggage.ContextWithBaggage(trace.ContextWithSpanContext(context.Background(), sc), bag)
 	got, want := http.Header{"X-Other": {"o"}}, http.Header{"X-Other": {"o"}}
-	prop.Inject(ctx, headerCarrier(got))
+	prop.Inject(ctx, tracecarrier.Header(got))
 	prop.Inject(ctx, propagation.HeaderCarrier(want))
 	if len(want) != 4 || !reflect.DeepEqual(got, want) {
 		t.Errorf("injected %v; want %v (four headers)", got, want)
 	}
-	if v := headerCarrier(got).Get("traceparent"); v == "" || v != propagation.HeaderCarrier(want).Get("traceparent") {
+	if v := tracecarrier.Header(got).Get("traceparent"); v == "" || v != propagation.HeaderCarrier(want).Get("traceparent") {
 		t.Errorf("Get traceparent %q", v)
 	}
-	gk, wk := headerCarrier(got).Keys(), propagation.HeaderCarrier(want).Keys()
+	gk, wk := tracecarrier.Header(got).Keys(), propagation.HeaderCarrier(want).Keys()
 	if len(gk) != len(wk) {
 		t.Errorf("Keys %v; want %v", gk, wk)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ackgate/ackgate/internal/tracecarrier"
+
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,49 +48,7 @@ func (o *IngestOptions) deliveryParent(r *http.Request, msg *gate.Message) conte
 			return pctx
 		}
 	}
-	return o.Propagators.Extract(ctx, requestCarrier(r.Header))
-}
-
-// requestCarrier is propagation.HeaderCarrier, except that it finds the
-// fields of W3C Trace Context and Baggage without canonicalizing their
-// names: a propagator asks for "traceparent" and "baggage" in lower case,
-// and http.Header made a canonical copy of each name on every request.
-type requestCarrier http.Header
-
-var (
-	_ propagation.TextMapCarrier = requestCarrier(nil)
-	_ propagation.ValuesGetter   = requestCarrier(nil)
-)
-
-// Get returns what propagation.HeaderCarrier's Get returns.
-func (c requestCarrier) Get(key string) string {
-	if vs := c[canonicalField(key)]; len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
-
-// Values returns what propagation.HeaderCarrier's Values returns.
-func (c requestCarrier) Values(key string) []string { return c[canonicalField(key)] }
-
-// Set sets key as propagation.HeaderCarrier's Set does.
-func (c requestCarrier) Set(key, value string) { propagation.HeaderCarrier(c).Set(key, value) }
-
-// Keys returns what propagation.HeaderCarrier's Keys returns.
-func (c requestCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
-
-// canonicalField is http.CanonicalHeaderKey(key), without an allocation for
-// the fields of W3C Trace Context and Baggage.
-func canonicalField(key string) string {
-	switch key {
-	case "traceparent":
-		return "Traceparent"
-	case "tracestate":
-		return "Tracestate"
-	case "baggage":
-		return "Baggage"
-	}
-	return http.CanonicalHeaderKey(key)
+	return o.Propagators.Extract(ctx, tracecarrier.Header(r.Header))
 }
 
 // startDelivery starts the push request's server span. It is started once the
