@@ -26,33 +26,17 @@ import (
 func TestOutboxStatementsLockOncePerPass(t *testing.T) {
 	t.Parallel()
 	l, pool := newLedger(t)
-	ctx := context.Background()
 	// A ledger with history and a drained outbox, as autovacuum leaves it.
 	for i := range 200 {
 		createPending(t, l, newOperation(fmt.Sprintf("lock-once-plain-%03d", i)))
 	}
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx) // a gateway session: generic plans, lookups only
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	statements := []struct{ name, sql, types, args string }{
+	// Each is planned, and run once, while the outbox is empty.
+	statements := []lockingStatement{
 		{"relay_round", storage.ClaimEachSQL, "text[], int[], float8", "'{orders}', '{16}', 30"},
 		{"claim", storage.ClaimOutboxSQL, "text[], int, float8", "'{orders}', 16, 30"},
 		{"sweep", storage.SweepOutboxSQL, "int", "16"},
 	}
-	// Each is planned, and run once, while the outbox is empty.
-	for _, st := range statements {
-		if _, err := conn.Exec(ctx, "PREPARE "+st.name+"("+st.types+") AS "+st.sql); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, "EXECUTE "+st.name+"("+st.args+")"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := planOnEmpty(t, pool, statements...)
 	const n = 60
 	for i := range n {
 		op := handoffOp(fmt.Sprintf("lock-once-%02d", i))
@@ -70,21 +54,8 @@ func TestReconcilerClaimLocksOncePerPass(t *testing.T) {
 	t.Parallel()
 	l, pool := newLedger(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	const args = "'orders', 1000000, 30000000, 16"
-	if _, err := conn.Exec(ctx, "PREPARE claim_due(text, bigint, bigint, int) AS "+storage.ClaimDueSQL); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "EXECUTE claim_due("+args+")"); err != nil {
-		t.Fatal(err)
-	}
+	conn := planOnEmpty(t, pool, lockingStatement{"claim_due", storage.ClaimDueSQL, "text, bigint, bigint, int", args})
 	const n = 60
 	for i := range n {
 		op := newOperation(fmt.Sprintf("due-%02d", i))
@@ -105,26 +76,11 @@ func TestPoisonPurgeLocksOncePerPass(t *testing.T) {
 	t.Parallel()
 	_, pool := newLedger(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	statements := []struct{ name, sql, types, args string }{
+	statements := []lockingStatement{
 		{"purge_route", storage.PurgePoisonSQL(false), "text, timestamptz, int", "'orders', now(), 16"},
 		{"purge_others", storage.PurgePoisonSQL(true), "text[], timestamptz, int", "'{kept}', now(), 16"},
 	}
-	for _, st := range statements {
-		if _, err := conn.Exec(ctx, "PREPARE "+st.name+"("+st.types+") AS "+st.sql); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, "EXECUTE "+st.name+"("+st.args+")"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := planOnEmpty(t, pool, statements...)
 	const n = 60
 	if _, err := pool.Exec(ctx, `INSERT INTO poison_messages (route, fingerprint, broker, reason, first_seen, last_seen, acked)
 		SELECT 'orders', 'fp-' || g, 'pubsub', 'malformed', now() - interval '1 day', now() - interval '1 day', true
@@ -138,6 +94,35 @@ func TestPoisonPurgeLocksOncePerPass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockingStatement is a statement prepared under name with its parameter
+// types, and the arguments a test runs it with.
+type lockingStatement struct{ name, sql, types, args string }
+
+// planOnEmpty analyzes the ledger as it is, takes a session of its own (as
+// a gateway's, which keeps its generic plans), and prepares and runs each
+// statement there once, so each is planned from these statistics.
+func planOnEmpty(t *testing.T, pool *pgxpool.Pool, statements ...lockingStatement) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	for _, st := range statements {
+		if _, err := conn.Exec(ctx, "PREPARE "+st.name+"("+st.types+") AS "+st.sql); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "EXECUTE "+st.name+"("+st.args+")"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
 }
 
 // wantOneLock runs prepared statement name with args under EXPLAIN ANALYZE,
