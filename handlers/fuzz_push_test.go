@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/handlers"
 )
 
 // The fuzz targets here drive a whole gateway (real Postgres, Redis and
@@ -321,8 +322,9 @@ func adminGetT(t *testing.T, e *env, path string) (int, string) {
 // that invalid UTF-8 reaches the gateway as sent. An operator's text is
 // kept as written or refused: whatever a field holds that Postgres text
 // cannot (a NUL) or that decoding would replace (invalid UTF-8) is a 400,
-// never a 5xx and never recorded. The operation resolved is one nothing
-// can change here (it does not exist), so every input is judged alone.
+// never a 5xx and never recorded; a body over the limit is a 413 before
+// any field is read. The operation resolved is one nothing can change here
+// (it does not exist), so every input is judged alone.
 func FuzzAdminResolve(f *testing.F) {
 	e := newFuzzEnv(f)
 	f.Add(false, "abandon", "refunded by hand", "", "", "")
@@ -365,6 +367,12 @@ func FuzzAdminResolve(f *testing.F) {
 		status, raw := adminPostT(t, e, path, body.Bytes())
 		if status >= 500 {
 			t.Fatalf("%s: input alone answered %d: %s", path, status, raw)
+		}
+		if body.Len() > handlers.MaxResolutionBody {
+			if status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%s with a body of %d bytes: %d %s, want 413", path, body.Len(), status, raw)
+			}
+			return
 		}
 		if unfit != "" && status != http.StatusBadRequest {
 			t.Fatalf("%s with a %s Postgres cannot hold or decoding would replace: %d %s, want 400", path, unfit, status, raw)
