@@ -42,11 +42,16 @@ func afterGatewayLogged(t *testing.T, log *slog.Logger) (*wiring.Gateway, *gate.
 		"GATEWAY_REDIS_URL":    "redis://" + testenv.Redis(t),
 		"GUARDED_TOKEN":        "guarded-token-0123",
 	})
+	// The longest ack deadline makes the leases outlive any test here (their
+	// TTL is two renewal intervals, a third of the deadline each: 6.7 s by
+	// default, which a loaded CI machine ran past before a test read a
+	// lease it expected held).
 	routes, err := config.ParseRoutes([]byte(strings.ReplaceAll(`routes:
   - name: orders
     broker: pubsub
     auth: none
     shape: unsafe
+    ack_deadline: 600s
     effect:
       url: {{DOWN}}/effects
       evidence: status_only
