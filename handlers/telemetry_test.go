@@ -253,6 +253,15 @@ func TestMetricsMoveAsDeliveriesRun(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+	// Group commit's round trips: at least one a delivery, each carrying a
+	// step or more, and the time they were out.
+	moved := func(name string) float64 {
+		return metricValue(t, after, name, nil) - metricValue(t, before, name, nil)
+	}
+	if batches, steps, busy := moved("ackgate_ledger_batches_total"), moved("ackgate_ledger_batch_steps_total"),
+		moved("ackgate_ledger_busy_seconds_total"); batches < 3 || steps < batches || busy <= 0 {
+		t.Errorf("group commit: %v batches of %v steps, out %v s; want 3 or more, a step each, some time", batches, steps, busy)
+	}
 
 	// Contention is counted when a delivery finds the lease held.
 	entered, release := make(chan struct{}, 1), testenv.NewRelease(t)

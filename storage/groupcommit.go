@@ -117,6 +117,10 @@ type committer struct {
 	// their own after their batch raised; stalls counts the flushers
 	// started behind a batch out longer than stallAfter.
 	batches, steps, alone, stalls int
+	// out is the time batches spent on their round trips, summed over
+	// the flushers: one flusher out nearly all the time is the ledger's
+	// ceiling (GroupCommitLoad).
+	out time.Duration
 	// lingering is set while a timer waits to end the linger of the ack
 	// marks queued, after linger (ackLinger unless a test says otherwise);
 	// then due lets any batch take them. A batch that takes every mark
@@ -202,9 +206,14 @@ func (l *Ledger) flush() {
 		c.mu.Unlock()
 		out := new(atomic.Bool)
 		watch := time.AfterFunc(stallAfter, func() { l.relieve(out) })
+		sent := time.Now()
 		l.send(batch)
+		took := time.Since(sent)
 		out.Store(true)
 		watch.Stop()
+		c.mu.Lock()
+		c.out += took
+		c.mu.Unlock()
 	}
 }
 
@@ -541,6 +550,17 @@ func (l *Ledger) GroupCommitStats() (batches, steps int) {
 	l.commit.mu.Lock()
 	defer l.commit.mu.Unlock()
 	return l.commit.batches, l.commit.steps
+}
+
+// GroupCommitLoad is what group commit has sent so far: batches, the
+// steps they carried, and the time they were out (from being taken off
+// the queue to their answers), summed over flushers. The last, as a rate,
+// is how busy the flushers are: near one second per second, the ledger's
+// round trips, not the machine, bound the deliveries.
+func (l *Ledger) GroupCommitLoad() (batches, steps int, out time.Duration) {
+	l.commit.mu.Lock()
+	defer l.commit.mu.Unlock()
+	return l.commit.batches, l.commit.steps, l.commit.out
 }
 
 // GroupCommitStalls says how many flushers were started behind a batch

@@ -227,6 +227,47 @@ var (
 	agedStates = []gate.State{gate.StatePendingEffect, gate.StateEffectIndeterminate}
 )
 
+// GroupCommit is what the ledger's group commit has sent since the
+// process started (storage.Ledger.GroupCommitLoad).
+type GroupCommit struct {
+	Batches, Steps int
+	Out            time.Duration
+}
+
+// ObserveGroupCommit registers the group commit's counters, read from
+// load at collection time. The rate of ackgate.ledger.busy near 1 means
+// the ledger's one flusher is out all the time: deliveries then wait on
+// its round trips, whatever CPU is left, and more replicas (each with its
+// own flusher) carry more.
+func (m *Metrics) ObserveGroupCommit(load func() GroupCommit) error {
+	batches, err := m.meter.Int64ObservableCounter("ackgate.ledger.batches",
+		metric.WithDescription("Round trips group commit sent to the ledger, each one transaction."))
+	if err != nil {
+		return fmt.Errorf("telemetry: group commit counter: %w", err)
+	}
+	steps, err := m.meter.Int64ObservableCounter("ackgate.ledger.batch_steps",
+		metric.WithDescription("Steps (claims, changes, ack marks, answers) those round trips carried; over ackgate.ledger.batches, the mean batch."))
+	if err != nil {
+		return fmt.Errorf("telemetry: group commit counter: %w", err)
+	}
+	busy, err := m.meter.Float64ObservableCounter("ackgate.ledger.busy", metric.WithUnit("s"),
+		metric.WithDescription("Time group commit's round trips were out, summed over flushers; its rate is how busy the flushers are (1: one flusher, always out)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: group commit counter: %w", err)
+	}
+	_, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		l := load()
+		o.ObserveInt64(batches, int64(l.Batches))
+		o.ObserveInt64(steps, int64(l.Steps))
+		o.ObserveFloat64(busy, l.Out.Seconds())
+		return nil
+	}, batches, steps, busy)
+	if err != nil {
+		return fmt.Errorf("telemetry: group commit callback: %w", err)
+	}
+	return nil
+}
+
 // ObserveLanes registers the lane gauges, read from snapshot at collection
 // time: operations per route and lane state, the age of the oldest
 // indeterminate and pending operation, and the snapshot's own age.

@@ -361,6 +361,12 @@ func (g *Gateway) background(s config.Settings, routes []*gate.Route, tel *telem
 	if err != nil {
 		return err
 	}
+	if err := tel.Metrics.ObserveGroupCommit(func() telemetry.GroupCommit {
+		batches, steps, out := g.Ledger.GroupCommitLoad()
+		return telemetry.GroupCommit{Batches: batches, Steps: steps, Out: out}
+	}); err != nil {
+		return err
+	}
 	if err := tel.Metrics.ObserveLanes(routes, func() (time.Time, []telemetry.Lane) {
 		snap := g.Lanes.Snapshot()
 		lanes := make([]telemetry.Lane, len(snap.Stats))
