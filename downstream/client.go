@@ -16,13 +16,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ackgate/ackgate/internal/tracecarrier"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/tracecarrier"
 )
 
 // Headers every downstream call carries. A provider dedupes on the

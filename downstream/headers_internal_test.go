@@ -9,13 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ackgate/ackgate/internal/tracecarrier"
-
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/tracecarrier"
 )
 
 // The header code builds its strings and maps without the allocations the

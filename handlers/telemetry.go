@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ackgate/ackgate/internal/tracecarrier"
-
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -15,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ackgate/ackgate/gate"
+	"github.com/ackgate/ackgate/internal/tracecarrier"
 )
 
 // ResponseRecorder counts the statuses returned to brokers, and the
