@@ -193,8 +193,10 @@ func (l *Ledger) endLinger(gen int) {
 // flush sends batches until the queue holds nothing that may go now.
 func (l *Ledger) flush() {
 	c := &l.commit
+	var took time.Duration // the last batch's round trip, counted as the next is taken
 	for {
 		c.mu.Lock()
+		c.out += took
 		batch := c.take()
 		if len(batch) == 0 {
 			c.flushers--
@@ -208,12 +210,9 @@ func (l *Ledger) flush() {
 		watch := time.AfterFunc(stallAfter, func() { l.relieve(out) })
 		sent := time.Now()
 		l.send(batch)
-		took := time.Since(sent)
+		took = time.Since(sent)
 		out.Store(true)
 		watch.Stop()
-		c.mu.Lock()
-		c.out += took
-		c.mu.Unlock()
 	}
 }
 
