@@ -27,6 +27,11 @@ import (
 // is), it scans the whole outbox and runs the locking subquery once per
 // entry, and a burst of 2,000 handoffs took the relay 12 s instead of 1.5.
 
+// claimedEntry is what a claim of outbox entries returns of each, in the
+// order scanOutboxEntry reads it.
+const claimedEntry = `RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
+	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
+
 // claimOutboxSQL takes up to $2 due entries of routes $1, oldest due
 // first, holding each for $3 seconds.
 const claimOutboxSQL = `
@@ -38,8 +43,7 @@ WHERE e.operation_id = ANY (ARRAY(
 	ORDER BY e2.next_attempt_at
 	LIMIT $2
 	FOR UPDATE OF e2 SKIP LOCKED))
-RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
-	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
+` + claimedEntry
 
 // ClaimOutbox takes up to limit due entries of routes for one relay pass,
 // holding each for horizon.
@@ -67,8 +71,7 @@ WHERE e.operation_id = ANY (ARRAY(
 		ORDER BY e2.next_attempt_at
 		LIMIT w.n
 		FOR UPDATE OF e2 SKIP LOCKED) c))
-RETURNING e.operation_id, e.route, e.publication_id, e.broker, e.source, e.message_id, e.publish_time,
-	e.ordering_key, e.attributes, e.data, e.sealed_with, e.sealed_pointers, e.created_at, e.next_attempt_at, e.passes`
+` + claimedEntry
 
 // ClaimOutboxEach takes up to want[route] due entries of each route in one
 // statement, holding each for horizon: a relay that keeps a limit per
